@@ -1,0 +1,345 @@
+"""Read and write ConvBERT weights in three formats, matching every weight by name.
+
+* "keras" (native): `convbert_config.json` + `model.safetensors` keyed by official TF1 names, in
+  the Keras (= TF1) layout. Backend independent, no pickle.
+* "hf": `config.json` + `model.safetensors` that `transformers.ConvBertModel.from_pretrained` loads.
+  Reading also accepts head checkpoints (keys under `convbert.`) and sharded safetensors.
+* "tf1": an official-style TF1 checkpoint (`model.ckpt` + `checkpoint` file, names `electra/...`),
+  like the released convbert_{small,medium_small,base} checkpoints; needs TensorFlow.
+
+Loading reports missing and unexpected names and refuses to load part of a model: a missing weight
+or a weight of another shape is an error naming it. Pickle files (`pytorch_model.bin`) are refused.
+"""
+import glob
+import json
+import logging
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from model.config import ConvBertConfig, ConfigError
+from model import hf_convert
+
+NATIVE_CONFIG = "convbert_config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMATS = ("keras", "hf", "tf1")
+# Names a checkpoint may hold besides the encoder: heads, generator, optimizer state, step.
+_AUXILIARY = re.compile(r"^(generator_predictions|discriminator_predictions|generator|task_specific|"
+                        r"classifier|qa_outputs|generator_lm_head|global_step)\b|/adam_[mv]$|"
+                        r"^cls\.|position_ids$|token_type_ids$")
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the requested model."""
+
+
+# ------------------------------------------------------------------------------------- matching
+def assign_weights(targets, source, where, scope="electra"):
+    """Copy `source[name]` into each Keras variable `targets[name]`, all or nothing.
+
+    Names of `source` that `targets` lacks are ignored when they are auxiliary (heads, optimizer
+    slots) and an error when they belong to the encoder (`<scope>/...`: a model of another size).
+    Returns {"missing": [], "unexpected": [...ignored names...]}.
+    """
+    missing = sorted(set(targets) - set(source))
+    unexpected = sorted(set(source) - set(targets))
+    foreign = [n for n in unexpected if n.startswith(scope + "/") and not _AUXILIARY.search(n)]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing weight(s), e.g. {', '.join(missing[:3])}")
+    if foreign:
+        problems.append(f"{len(foreign)} unexpected encoder weight(s), e.g. {', '.join(foreign[:3])}")
+    for name in sorted(set(targets) & set(source)):
+        want, got = tuple(targets[name].shape), tuple(np.shape(source[name]))
+        if want != got:
+            problems.append(f"{name} has shape {got} but the model expects {want}")
+            break
+    if problems:
+        raise CheckpointError(f"{where}: checkpoint does not match the model (another size or "
+                              f"not a ConvBERT?): {'; '.join(problems)}")
+    for name, variable in targets.items():
+        variable.assign(np.asarray(source[name], dtype=variable.dtype))
+    if unexpected:
+        log.info("%s: ignored %d weight(s) the model has no use for (heads, optimizer state), e.g. %s",
+                 where, len(unexpected), ", ".join(unexpected[:3]))
+    return {"missing": [], "unexpected": unexpected}
+
+
+# ------------------------------------------------------------------------------------- readers
+def _reject_pickle(path):
+    raise CheckpointError(f"{path}: pickle checkpoints (pytorch_model.bin) are not loaded, since "
+                          "unpickling runs arbitrary code; convert it to safetensors first "
+                          "(transformers: model.save_pretrained(dir, safe_serialization=True))")
+
+
+def _read_safetensors(directory):
+    from safetensors.numpy import load_file
+    single = os.path.join(directory, WEIGHTS_FILE)
+    if os.path.exists(single):
+        return load_file(single)
+    index = os.path.join(directory, WEIGHTS_FILE + ".index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        tensors = {}
+        for shard in shards:
+            tensors.update(load_file(os.path.join(directory, shard)))
+        return tensors
+    if glob.glob(os.path.join(directory, "*.bin")):
+        _reject_pickle(glob.glob(os.path.join(directory, "*.bin"))[0])
+    raise CheckpointError(f"{directory}: no {WEIGHTS_FILE} found")
+
+
+def _is_tf1(path):
+    if os.path.isdir(path):
+        return os.path.exists(os.path.join(path, "checkpoint")) or bool(
+            glob.glob(os.path.join(path, "*.index")))
+    return os.path.exists(path + ".index")
+
+
+def read_tf1_checkpoint(path):
+    """All variables of a TF1 checkpoint (a directory with a `checkpoint` file, or a prefix)."""
+    import tensorflow as tf
+    prefix = path
+    if os.path.isdir(path):
+        prefix = tf.train.latest_checkpoint(path)
+        if prefix is None:
+            indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+            if not indexes:
+                raise CheckpointError(f"{path}: no TF1 checkpoint in this directory")
+            prefix = indexes[-1][:-len(".index")]
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception as e:  # tf raises several error types for unreadable checkpoints
+        raise CheckpointError(f"{prefix}: not a readable TF checkpoint ({type(e).__name__})") from None
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):
+    """Rebuild the encoder config from variable shapes (official sizes are recognised this way)."""
+    def get(name):
+        if f"{scope}/{name}" not in variables:
+            raise CheckpointError(f"{where}: not a ConvBERT checkpoint (no {scope}/{name})")
+        return np.shape(variables[f"{scope}/{name}"])
+
+    vocab_size, embedding_size = get("embeddings/word_embeddings")
+    layers = {int(m.group(1)) for n in variables
+              for m in [re.match(re.escape(scope) + r"/encoder/layer_(\d+)/", n)] if m}
+    hidden_size, attention_width = get("encoder/layer_0/attention/self/query/kernel")
+    layer0 = f"{scope}/encoder/layer_0/"
+    grouped = layer0 + "intermediate/g_dense/kernel" in variables
+    if grouped:
+        num_groups, _, group_out = np.shape(variables[layer0 + "intermediate/g_dense/kernel"])
+        intermediate_size = num_groups * group_out
+    else:
+        num_groups, intermediate_size = 1, get("encoder/layer_0/intermediate/dense/kernel")[1]
+    self_scope = layer0 + "attention/self/"
+    official_head_size = 48 if hidden_size == 384 else 64  # heads = H // 64 (H // 48 at 384)
+    conv_type, kernel_size, heads_n = "none", 9, None
+    if self_scope + "conv_attn_key/depthwise_kernel" in variables:
+        conv_type = "sdconv"
+        kernel_size = int(np.shape(variables[self_scope + "conv_attn_key/depthwise_kernel"])[0])
+        heads_n = int(np.shape(variables[self_scope + "conv_attn_kernel/kernel"])[1]) // kernel_size
+    elif self_scope + "conv_attn_kernel/kernel" in variables:
+        conv_type = "dynamic"  # N*K columns: the head size decides the split
+        heads_n = max(1, attention_width // official_head_size)
+        kernel_size = int(np.shape(variables[self_scope + "conv_attn_kernel/kernel"])[1]) // heads_n
+    elif self_scope + "lightweight_kernel" in variables:
+        conv_type = "lightweight"
+        heads_n, kernel_size = (int(s) for s in np.shape(variables[self_scope + "lightweight_kernel"]))
+    if heads_n is None:  # bottleneck-only or plain BERT: assume the official head size
+        heads_n = max(1, attention_width // official_head_size)
+    head_size = attention_width // heads_n
+    num_heads = hidden_size // head_size
+    head_ratio = max(1, num_heads // heads_n)
+    return ConvBertConfig(
+        vocab_size=int(vocab_size), embedding_size=int(embedding_size), hidden_size=int(hidden_size),
+        num_hidden_layers=len(layers), num_attention_heads=int(num_heads), head_ratio=int(head_ratio),
+        conv_kernel_size=int(kernel_size), num_groups=int(num_groups), conv_type=conv_type,
+        intermediate_size=int(intermediate_size),
+        max_position_embeddings=int(get("embeddings/position_embeddings")[0]),
+        type_vocab_size=int(get("embeddings/token_type_embeddings")[0]))
+
+
+def resolve_checkpoint(path, config=None):
+    """-> (format, config, {TF1 name: array}) for any supported checkpoint path."""
+    if path.endswith(".bin") or path.endswith(".pt") or path.endswith(".pth"):
+        _reject_pickle(path)
+    if not os.path.exists(path) and not _is_tf1(path):
+        raise CheckpointError(f"{path}: no such file or directory")
+    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, f)) for f in
+                                       (NATIVE_CONFIG, "config.json", "checkpoint")):
+        # A pre-training model_dir keeps its exported discriminator one level down.
+        for sub in ("discriminator", "export/discriminator"):
+            if os.path.exists(os.path.join(path, sub, NATIVE_CONFIG)):
+                return resolve_checkpoint(os.path.join(path, sub), config)
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, NATIVE_CONFIG)):
+        saved = ConvBertConfig.from_json(os.path.join(path, NATIVE_CONFIG))
+        return "keras", config or saved, _read_safetensors(path)
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            try:
+                hf_config = json.load(f)
+            except json.JSONDecodeError as e:
+                raise CheckpointError(f"{path}/config.json: invalid JSON ({e.msg})") from None
+        try:
+            saved = hf_convert.config_from_hf(hf_config, where=os.path.join(path, "config.json"))
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from None
+        return "hf", config or saved, _hf_to_tf1_names(_read_safetensors(path), path)
+    if _is_tf1(path):
+        variables = read_tf1_checkpoint(path)
+        return "tf1", config or infer_config_from_tf1(variables, where=path), variables
+    if os.path.isdir(path) and glob.glob(os.path.join(path, "*.bin")):
+        _reject_pickle(glob.glob(os.path.join(path, "*.bin"))[0])
+    raise CheckpointError(f"{path}: not a ConvBERT checkpoint (expected {NATIVE_CONFIG}, a Hugging "
+                          "Face config.json + model.safetensors, or a TF1 checkpoint)")
+
+
+def _hf_to_tf1_names(tensors, where):
+    """HF state dict (bare or under `convbert.`) -> {TF1 name: array in Keras layout}."""
+    prefixed = any(k.startswith("convbert.") for k in tensors)
+    # Build the inverse map lazily from the names we know how to produce.
+    out = {}
+    for key, array in tensors.items():
+        bare = key[len("convbert."):] if prefixed and key.startswith("convbert.") else key
+        name = _hf_key_to_tf1(bare)
+        if name is None:
+            out[f"hf:{key}"] = array  # kept so it is reported as unexpected, never silently lost
+            continue
+        out[name] = hf_convert.hf_to_tf1_array(name, np.asarray(array))
+    return out
+
+
+def _hf_key_to_tf1(key):
+    top = {hf: tf1 for tf1, hf in hf_convert._TOP_RULES}
+    if key in top:
+        return "electra/" + top[key]
+    heads = {hf: tf1 for tf1, hf in hf_convert._HEAD_RULES}
+    if key in heads:
+        return heads[key]
+    m = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)", key)
+    if not m:
+        return None
+    rest = m.group(2)
+    candidates = ["attention/self/query/kernel", "attention/self/query/bias",
+                  "attention/self/key/kernel", "attention/self/key/bias",
+                  "attention/self/value/kernel", "attention/self/value/bias",
+                  "attention/self/conv_attn_key/depthwise_kernel",
+                  "attention/self/conv_attn_key/pointwise_kernel", "attention/self/conv_attn_key/bias",
+                  "attention/self/conv_attn_kernel/kernel", "attention/self/conv_attn_kernel/bias",
+                  "attention/self/conv_attn_point/kernel", "attention/self/conv_attn_point/bias",
+                  "attention/output/dense/kernel", "attention/output/dense/bias",
+                  "attention/output/LayerNorm/gamma", "attention/output/LayerNorm/beta",
+                  "intermediate/dense/kernel", "intermediate/dense/bias",
+                  "output/dense/kernel", "output/dense/bias",
+                  "output/LayerNorm/gamma", "output/LayerNorm/beta"]
+    for cand in candidates:
+        if hf_convert.tf1_to_hf_name(f"electra/encoder/layer_0/{cand}") == f"encoder.layer.0.{rest}":
+            return f"electra/encoder/layer_{m.group(1)}/{cand}"
+    return None
+
+
+def _grouped_names(tensors, config):
+    """HF does not distinguish dense / g_dense in names: rename for grouped FFN configs."""
+    if config.num_groups <= 1:
+        return tensors
+    return {re.sub(r"/(intermediate|output)/dense/", r"/\1/g_dense/", k)
+            if re.search(r"/encoder/layer_\d+/(intermediate|output)/dense/", k) else k: v
+            for k, v in tensors.items()}
+
+
+def load_weights_into(model, path, config=None, scope="electra"):
+    """Load `path` (any format) into an existing model exposing `weight_map()`."""
+    fmt, cfg, tensors = resolve_checkpoint(path, config)
+    if fmt == "hf":
+        tensors = _grouped_names(tensors, cfg)
+    targets = model.weight_map()
+    return assign_weights(targets, tensors, where=path, scope=scope)
+
+
+def load_pretrained(path, config=None, model_cls=None, **model_kwargs):
+    """Build the model a checkpoint describes (or `config`) and load every weight into it."""
+    if model_cls is None:
+        from model.encoder import ConvBertModel as model_cls
+    path = os.fspath(path)
+    fmt, cfg, tensors = resolve_checkpoint(path, config)
+    if fmt == "hf":
+        tensors = _grouped_names(tensors, cfg)
+    model = model_cls(cfg, **model_kwargs)
+    report = assign_weights(model.weight_map(), tensors, where=path)
+    model.load_report = {"format": fmt, **report}
+    return model
+
+
+# ------------------------------------------------------------------------------------- writers
+def _atomic_write_bytes(path, data: bytes):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _write_safetensors(path, tensors, metadata=None):
+    from safetensors.numpy import save
+    _atomic_write_bytes(path, save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                                   metadata=metadata))
+
+
+def write_tf1_checkpoint(directory, tensors, step=0, prefix_name="model.ckpt"):
+    """Write {name: array} as a TF1-style checkpoint `directory/model.ckpt-<step>`."""
+    import tensorflow as tf
+    os.makedirs(directory, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=directory)
+    base = f"{prefix_name}-{step}"
+    names = sorted(tensors)
+    tf.raw_ops.SaveV2(prefix=os.path.join(tmp_dir, base), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(np.asarray(tensors[n])) for n in names])
+    for f in os.listdir(tmp_dir):
+        os.replace(os.path.join(tmp_dir, f), os.path.join(directory, f))
+    os.rmdir(tmp_dir)
+    # The state file last: readers find the checkpoint only once all its files are in place.
+    state = f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n'
+    _atomic_write_bytes(os.path.join(directory, "checkpoint"), state.encode())
+    return os.path.join(directory, base)
+
+
+def save_pretrained(model, directory, format="keras", scope="electra"):
+    """Write `model` (anything with `.config` and `weight_map()`) in `format`. Returns the path."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown checkpoint format {format!r}; choose one of {', '.join(FORMATS)}")
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    tensors = {name: np.asarray(keras_value(v)) for name, v in model.weight_map().items()}
+    config = model.config
+    if format == "keras":
+        _write_safetensors(os.path.join(directory, WEIGHTS_FILE), tensors,
+                           metadata={"format": "convbert-keras"})
+        config.to_json(os.path.join(directory, NATIVE_CONFIG))
+        return directory
+    if format == "tf1":
+        return write_tf1_checkpoint(directory, tensors)
+    hf_config = hf_convert.config_to_hf(config)  # raises for configs HF cannot express
+    hf_tensors = {}
+    has_heads = any(n.startswith("generator_predictions/") for n in tensors)
+    for name, array in tensors.items():
+        key = hf_convert.tf1_to_hf_name(name, scope, backbone_prefix="convbert." if has_heads else "")
+        if key is None:
+            raise CheckpointError(f"no Hugging Face name for weight {name}")
+        hf_tensors[key] = hf_convert.tf1_to_hf_array(name, array)
+    if has_heads:
+        hf_config["architectures"] = ["ConvBertForMaskedLM"]
+    _write_safetensors(os.path.join(directory, WEIGHTS_FILE), hf_tensors, metadata={"format": "pt"})
+    _atomic_write_bytes(os.path.join(directory, "config.json"),
+                        (json.dumps(hf_config, indent=2, sort_keys=True) + "\n").encode())
+    return directory
+
+
+def keras_value(variable):
+    from keras import ops
+    return ops.convert_to_numpy(variable)

@@ -1,0 +1,171 @@
+"""`ConvBertConfig`: the one object that describes a ConvBERT encoder.
+
+Field names follow the official ConvBERT / BERT config (and Hugging Face's `ConvBertConfig`), so a
+`config.json` from either side maps onto it directly.
+
+Head arithmetic follows the official TF1 code (`attention_layer` in yitu-opensource/ConvBert), not
+Hugging Face: the head size is `hidden_size // num_attention_heads`, the model keeps
+`num_attention_heads // head_ratio` self-attention heads (at least 1) and as many convolution heads.
+At `head_ratio=2` (every released model) this is identical to Hugging Face; at other ratios HF uses a
+different head size (see docs/MODEL.md).
+"""
+import dataclasses
+import json
+import os
+from typing import Optional
+
+CONV_TYPES = ("sdconv", "dynamic", "lightweight", "none")
+# Names used elsewhere for the same variants (the official code calls the bottleneck-only model
+# "noconv"); accepted on input, normalised on construction.
+_CONV_TYPE_ALIASES = {"noconv": "none", "dconv": "dynamic", "lconv": "lightweight"}
+HIDDEN_ACTS = ("gelu", "gelu_new", "relu", "tanh")
+
+# Official sizes (util/training_utils.py `get_bert_config` + configure_pretraining.py of
+# yitu-opensource/ConvBert): heads = H // 64, except medium-small which uses H // 48; FFN = 4H.
+_SIZES = {
+    "small": dict(hidden_size=256, embedding_size=128, num_attention_heads=4,
+                  intermediate_size=1024, num_groups=1),
+    "medium-small": dict(hidden_size=384, embedding_size=128, num_attention_heads=8,
+                         intermediate_size=1536, num_groups=2),
+    "base": dict(hidden_size=768, embedding_size=768, num_attention_heads=12,
+                 intermediate_size=3072, num_groups=1),
+}
+MODEL_SIZES = tuple(_SIZES)
+
+
+class ConfigError(ValueError):
+    """A ConvBERT configuration that cannot describe a model."""
+
+
+@dataclasses.dataclass
+class ConvBertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    embedding_size: Optional[int] = None  # None -> hidden_size (no E->H projection)
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    head_ratio: int = 2
+    conv_kernel_size: int = 9
+    num_groups: int = 1
+    conv_type: str = "sdconv"
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+
+    def __post_init__(self):
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        self.conv_type = _CONV_TYPE_ALIASES.get(self.conv_type, self.conv_type)
+        self.validate()
+
+    # ---------------------------------------------------------------- derived head arithmetic
+    @property
+    def head_size(self) -> int:
+        """d: width of every attention head and every convolution head."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_self_attention_heads(self) -> int:
+        """N: self-attention heads kept after the head_ratio bottleneck (official: at least 1)."""
+        return max(1, int(self.num_attention_heads / self.head_ratio))
+
+    @property
+    def num_conv_heads(self) -> int:
+        return self.num_self_attention_heads if self.conv_type != "none" else 0
+
+    @property
+    def attention_width(self) -> int:
+        """A = N * d: width of Q, K, V (and of the conv values)."""
+        return self.num_self_attention_heads * self.head_size
+
+    @property
+    def context_width(self) -> int:
+        """Input width of the attention output dense: attention heads ‖ convolution heads."""
+        return self.attention_width * (2 if self.conv_type != "none" else 1)
+
+    # ---------------------------------------------------------------- validation
+    def validate(self):
+        def need(cond, msg):
+            if not cond:
+                raise ConfigError(msg)
+
+        for name in ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers",
+                     "num_attention_heads", "head_ratio", "conv_kernel_size", "num_groups",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                 f"{name} must be a positive integer, got {value!r}")
+        need(self.conv_type in CONV_TYPES,
+             f"unknown conv_type {self.conv_type!r}; choose one of {', '.join(CONV_TYPES)}")
+        need(self.hidden_size % self.num_attention_heads == 0,
+             f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+             f"{self.num_attention_heads}")
+        need(self.conv_kernel_size % 2 == 1,
+             f"conv_kernel_size must be odd ('same' padding of (K-1)/2), got {self.conv_kernel_size}")
+        need(self.hidden_size % self.num_groups == 0 and self.intermediate_size % self.num_groups == 0,
+             f"num_groups {self.num_groups} must divide hidden_size {self.hidden_size} and "
+             f"intermediate_size {self.intermediate_size}")
+        need(self.hidden_act in HIDDEN_ACTS,
+             f"unknown hidden_act {self.hidden_act!r}; choose one of {', '.join(HIDDEN_ACTS)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and 0.0 <= value < 1.0,
+                 f"{name} must be in [0, 1), got {value!r}")
+        need(self.initializer_range > 0, f"initializer_range must be > 0, got {self.initializer_range}")
+        need(self.layer_norm_eps > 0, f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+
+    # ---------------------------------------------------------------- constructors / IO
+    @classmethod
+    def from_size(cls, size: str, **overrides) -> "ConvBertConfig":
+        """The official `small`, `medium-small` or `base` ConvBERT (underscores accepted)."""
+        key = size.replace("_", "-")
+        if key not in _SIZES:
+            raise ConfigError(f"unknown model size {size!r}; choose one of {', '.join(MODEL_SIZES)}")
+        return cls(**{**_SIZES[key], **overrides})
+
+    @classmethod
+    def from_dict(cls, d: dict, strict: bool = True) -> "ConvBertConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - fields)
+        if unknown and strict:
+            raise ConfigError(f"unknown ConvBertConfig field(s): {', '.join(unknown)}")
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+    @classmethod
+    def from_json(cls, path_or_text: str, strict: bool = True) -> "ConvBertConfig":
+        """Load from a JSON file path or a JSON string. Unknown keys are an error when `strict`."""
+        text, where = path_or_text, "JSON string"
+        if not path_or_text.lstrip().startswith("{"):
+            where = path_or_text
+            with open(path_or_text, encoding="utf-8") as f:
+                text = f.read()
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        try:
+            return cls.from_dict(d, strict=strict)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: Optional[str] = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        return text
+
+    def replace(self, **changes) -> "ConvBertConfig":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,51 @@
+"""`ConvBertMaskedLM`: encoder + the generator's MLM head (Hugging Face `ConvBertForMaskedLM`)."""
+import keras
+from keras import ops
+
+from model.config import ConvBertConfig
+from model.encoder import ConvBertModel
+from model.heads import MaskedLMHead
+
+
+@keras.saving.register_keras_serializable(package="convbert")
+class ConvBertMaskedLM(keras.Model):
+    def __init__(self, config, conv_implementation="shifted_sum", **kwargs):
+        if isinstance(config, dict):
+            config = ConvBertConfig.from_dict(config)
+        kwargs.setdefault("name", "convbert_masked_lm")
+        super().__init__(**kwargs)
+        self.config = config
+        self.convbert = ConvBertModel(config, conv_implementation=conv_implementation)
+        self.mlm_head = MaskedLMHead(self.convbert.embeddings, config.hidden_act,
+                                     config.layer_norm_eps, config.initializer_range,
+                                     name="generator_predictions")
+        self.mlm_head.build((None, None, config.hidden_size))
+
+    def call(self, inputs, training=None, masked_positions=None):
+        """Logits [B, T, V], or [B, P, V] at `masked_positions` [B, P] when given."""
+        hidden = self.convbert(inputs, training=training)
+        if masked_positions is not None:
+            hidden = ops.take_along_axis(hidden, ops.expand_dims(masked_positions, -1), axis=1)
+        return self.mlm_head(hidden)
+
+    def weight_map(self, scope="electra"):
+        names = self.convbert.weight_map(scope)
+        names.update({f"generator_predictions/{k}": v for k, v in self.mlm_head.weight_map().items()})
+        return names
+
+    @classmethod
+    def from_pretrained(cls, path, config=None, **kwargs):
+        from model import checkpoints
+        return checkpoints.load_pretrained(path, config=config, model_cls=cls, **kwargs)
+
+    def save_pretrained(self, directory, format="keras"):
+        from model import checkpoints
+        return checkpoints.save_pretrained(self, directory, format=format)
+
+    def get_config(self):
+        return {"name": self.name, "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        return cls(ConvBertConfig.from_dict(config.pop("config")), **config)

@@ -1,0 +1,151 @@
+"""Span-based dynamic convolution (SDConv): the convolution heads of ConvBERT's mixed attention.
+
+This is where the convolution kernel is generated. Following the official code
+(yitu-opensource/ConvBert `attention_layer`, which the released weights depend on):
+
+    span_key = SeparableConv1D(x)                      # depthwise K-tap conv over H, pointwise H->A
+    kernel   = softmax_K(W_f (query ⊙ span_key) + b_f) # one K-tap kernel per token and head
+    values   = x W_o + b_o                             # a separate "conv value" projection
+    out[t]   = Σ_k kernel[t, k] · values[t + k - (K-1)/2]   (zero outside the sequence)
+
+Departures of the official code from the paper's prose, kept here on purpose: the values come from
+their own projection (`conv_attn_point`), not from the self-attention V; the query is the same,
+*unscaled* query as self-attention; the convolution sees padding tokens (no mask) and zero-pads only
+at the sequence edges; the depthwise kernel is initialised with stddev 1/K.
+
+`conv_type` selects the paper's Table 2 variants:
+  * "sdconv"      kernel from query ⊙ span-aware key (ConvBERT);
+  * "dynamic"     kernel from the token alone, W_f·query (Wu et al.'s dynamic convolution);
+  * "lightweight" one static, softmax-normalised K-tap kernel per head (lightweight convolution).
+"""
+import keras
+from keras import ops
+
+from model.initializers import truncated_normal
+
+CONV_IMPLEMENTATIONS = ("shifted_sum", "unfold")
+
+
+def dynamic_conv_shifted_sum(values, kernel):
+    """Per-token, per-head convolution without a K-times larger intermediate tensor.
+
+    values: [B, T, N, d]; kernel: [B, T, N, K] (or broadcastable, e.g. [1, 1, N, K]).
+    Returns [B, T, N, d] with out[b,t,n,:] = Σ_k kernel[b,t,n,k] · values[b, t+k-(K-1)/2, n, :].
+    The sum of K shifted slices fuses into one pass under XLA; its gradient is again a shifted sum.
+    """
+    kernel_size = kernel.shape[-1]
+    pad = (kernel_size - 1) // 2
+    seq_len = ops.shape(values)[1]
+    padded = ops.pad(values, [[0, 0], [pad, pad], [0, 0], [0, 0]])
+    out = None
+    for k in range(kernel_size):
+        term = padded[:, k:k + seq_len] * kernel[..., k:k + 1]
+        out = term if out is None else out + term
+    return out
+
+
+def dynamic_conv_unfold(values, kernel):
+    """Reference form of the official code: stack K shifted copies ([B,T,N,d,K]) and contract.
+
+    Kept as the numerical oracle for faster implementations; it materialises K x the values.
+    """
+    kernel_size = kernel.shape[-1]
+    pad = (kernel_size - 1) // 2
+    seq_len = ops.shape(values)[1]
+    padded = ops.pad(values, [[0, 0], [pad, pad], [0, 0], [0, 0]])
+    unfolded = ops.stack([padded[:, k:k + seq_len] for k in range(kernel_size)], axis=-1)
+    kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel_size))
+    return ops.einsum("btndk,btnk->btnd", unfolded, kernel)
+
+
+_DYNAMIC_CONV = {"shifted_sum": dynamic_conv_shifted_sum, "unfold": dynamic_conv_unfold}
+
+
+@keras.saving.register_keras_serializable(package="convbert")
+class SpanDynamicConv(keras.layers.Layer):
+    """The convolution heads: num_heads heads of width head_size, kernel width kernel_size."""
+
+    def __init__(self, num_heads, head_size, kernel_size=9, conv_type="sdconv",
+                 initializer_range=0.02, implementation="shifted_sum", **kwargs):
+        super().__init__(**kwargs)
+        if conv_type not in ("sdconv", "dynamic", "lightweight"):
+            raise ValueError(f"SpanDynamicConv: unknown conv_type {conv_type!r}")
+        if implementation not in CONV_IMPLEMENTATIONS:
+            raise ValueError(f"SpanDynamicConv: unknown implementation {implementation!r}; "
+                             f"choose one of {', '.join(CONV_IMPLEMENTATIONS)}")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.kernel_size = kernel_size
+        self.conv_type = conv_type
+        self.initializer_range = initializer_range
+        self.implementation = implementation
+        width = num_heads * head_size
+        init = truncated_normal(initializer_range)
+        if conv_type == "sdconv":
+            self.conv_attn_key = keras.layers.SeparableConv1D(
+                width, kernel_size, padding="same", depth_multiplier=1,
+                depthwise_initializer=truncated_normal(1.0 / kernel_size),
+                pointwise_initializer=init, name="conv_attn_key")
+        if conv_type in ("sdconv", "dynamic"):
+            self.conv_attn_kernel = keras.layers.Dense(num_heads * kernel_size,
+                                                       kernel_initializer=init,
+                                                       name="conv_attn_kernel")
+        self.conv_attn_point = keras.layers.Dense(width, kernel_initializer=init,
+                                                  name="conv_attn_point")
+
+    def build(self, input_shape):
+        hidden_shape, query_shape = input_shape
+        if self.conv_type == "sdconv":
+            self.conv_attn_key.build(hidden_shape)
+        if self.conv_type in ("sdconv", "dynamic"):
+            self.conv_attn_kernel.build(query_shape)
+        if self.conv_type == "lightweight":
+            self.lightweight_kernel = self.add_weight(
+                name="lightweight_kernel", shape=(self.num_heads, self.kernel_size),
+                initializer=truncated_normal(self.initializer_range))
+        self.conv_attn_point.build(hidden_shape)
+
+    def generate_kernel(self, hidden, query):
+        """The dynamic kernel, [B, T, N, K] (softmax over the K taps)."""
+        if self.conv_type == "lightweight":
+            logits = ops.reshape(ops.cast(self.lightweight_kernel, hidden.dtype),
+                                 (1, 1, self.num_heads, self.kernel_size))
+            return ops.softmax(logits, axis=-1)
+        if self.conv_type == "sdconv":
+            span_key = self.conv_attn_key(hidden)  # span-aware key
+            logits = self.conv_attn_kernel(query * span_key)
+        else:
+            logits = self.conv_attn_kernel(query)
+        batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
+        logits = ops.reshape(logits, (batch, seq_len, self.num_heads, self.kernel_size))
+        return ops.softmax(logits, axis=-1)
+
+    def call(self, inputs):
+        hidden, query = inputs
+        kernel = self.generate_kernel(hidden, query)
+        batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
+        values = ops.reshape(self.conv_attn_point(hidden),
+                             (batch, seq_len, self.num_heads, self.head_size))
+        out = _DYNAMIC_CONV[self.implementation](values, kernel)
+        return ops.reshape(out, (batch, seq_len, self.num_heads * self.head_size))
+
+    def weight_map(self):
+        """Official TF1 names relative to `.../attention/self/`."""
+        names = {"conv_attn_point/kernel": self.conv_attn_point.kernel,
+                 "conv_attn_point/bias": self.conv_attn_point.bias}
+        if self.conv_type == "sdconv":
+            names.update({"conv_attn_key/depthwise_kernel": self.conv_attn_key.depthwise_kernel,
+                          "conv_attn_key/pointwise_kernel": self.conv_attn_key.pointwise_kernel,
+                          "conv_attn_key/bias": self.conv_attn_key.bias})
+        if self.conv_type in ("sdconv", "dynamic"):
+            names.update({"conv_attn_kernel/kernel": self.conv_attn_kernel.kernel,
+                          "conv_attn_kernel/bias": self.conv_attn_kernel.bias})
+        if self.conv_type == "lightweight":
+            names["lightweight_kernel"] = self.lightweight_kernel
+        return names
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
+                "kernel_size": self.kernel_size, "conv_type": self.conv_type,
+                "initializer_range": self.initializer_range,
+                "implementation": self.implementation}
