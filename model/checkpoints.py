@@ -177,9 +177,9 @@ def resolve_checkpoint(path, config=None):
         for sub in ("discriminator", "export/discriminator"):
             if os.path.exists(os.path.join(path, sub, NATIVE_CONFIG)):
                 return resolve_checkpoint(os.path.join(path, sub), config)
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, NATIVE_CONFIG)):
-        saved = ConvBertConfig.from_json(os.path.join(path, NATIVE_CONFIG))
-        return "keras", config or saved, _read_safetensors(path)
+    native_config = os.path.join(path, NATIVE_CONFIG) if os.path.isdir(path) else None
+    if native_config and os.path.exists(native_config) and not _is_tf1(path):
+        return "keras", config or ConvBertConfig.from_json(native_config), _read_safetensors(path)
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             try:
@@ -190,9 +190,12 @@ def resolve_checkpoint(path, config=None):
             saved = hf_convert.config_from_hf(hf_config, where=os.path.join(path, "config.json"))
         except ConfigError as e:
             raise CheckpointError(str(e)) from None
-        return "hf", config or saved, _hf_to_tf1_names(_read_safetensors(path), path)
+        config = config or saved
+        return "hf", config, _hf_to_tf1_names(_read_safetensors(path), config)
     if _is_tf1(path):
         variables = read_tf1_checkpoint(path)
+        if config is None and native_config and os.path.exists(native_config):
+            config = ConvBertConfig.from_json(native_config)  # written by save_pretrained("tf1")
         return "tf1", config or infer_config_from_tf1(variables, where=path), variables
     if os.path.isdir(path) and glob.glob(os.path.join(path, "*.bin")):
         _reject_pickle(glob.glob(os.path.join(path, "*.bin"))[0])
@@ -200,10 +203,9 @@ def resolve_checkpoint(path, config=None):
                           "Face config.json + model.safetensors, or a TF1 checkpoint)")
 
 
-def _hf_to_tf1_names(tensors, where):
+def _hf_to_tf1_names(tensors, config):
     """HF state dict (bare or under `convbert.`) -> {TF1 name: array in Keras layout}."""
     prefixed = any(k.startswith("convbert.") for k in tensors)
-    # Build the inverse map lazily from the names we know how to produce.
     out = {}
     for key, array in tensors.items():
         bare = key[len("convbert."):] if prefixed and key.startswith("convbert.") else key
@@ -211,6 +213,8 @@ def _hf_to_tf1_names(tensors, where):
         if name is None:
             out[f"hf:{key}"] = array  # kept so it is reported as unexpected, never silently lost
             continue
+        if config.num_groups > 1:  # HF names grouped FFN layers "dense" too
+            name = re.sub(r"(/encoder/layer_\d+/(?:intermediate|output))/dense/", r"\1/g_dense/", name)
         out[name] = hf_convert.hf_to_tf1_array(name, np.asarray(array))
     return out
 
@@ -244,20 +248,9 @@ def _hf_key_to_tf1(key):
     return None
 
 
-def _grouped_names(tensors, config):
-    """HF does not distinguish dense / g_dense in names: rename for grouped FFN configs."""
-    if config.num_groups <= 1:
-        return tensors
-    return {re.sub(r"/(intermediate|output)/dense/", r"/\1/g_dense/", k)
-            if re.search(r"/encoder/layer_\d+/(intermediate|output)/dense/", k) else k: v
-            for k, v in tensors.items()}
-
-
 def load_weights_into(model, path, config=None, scope="electra"):
     """Load `path` (any format) into an existing model exposing `weight_map()`."""
     fmt, cfg, tensors = resolve_checkpoint(path, config)
-    if fmt == "hf":
-        tensors = _grouped_names(tensors, cfg)
     targets = model.weight_map()
     return assign_weights(targets, tensors, where=path, scope=scope)
 
@@ -268,8 +261,6 @@ def load_pretrained(path, config=None, model_cls=None, **model_kwargs):
         from model.encoder import ConvBertModel as model_cls
     path = os.fspath(path)
     fmt, cfg, tensors = resolve_checkpoint(path, config)
-    if fmt == "hf":
-        tensors = _grouped_names(tensors, cfg)
     model = model_cls(cfg, **model_kwargs)
     report = assign_weights(model.weight_map(), tensors, where=path)
     model.load_report = {"format": fmt, **report}
@@ -323,6 +314,9 @@ def save_pretrained(model, directory, format="keras", scope="electra"):
         config.to_json(os.path.join(directory, NATIVE_CONFIG))
         return directory
     if format == "tf1":
+        # The config beside it settles what shapes cannot (e.g. the head count of conv_type
+        # "dynamic"); official checkpoints come without one and are recognised by their shapes.
+        config.to_json(os.path.join(directory, NATIVE_CONFIG))
         return write_tf1_checkpoint(directory, tensors)
     hf_config = hf_convert.config_to_hf(config)  # raises for configs HF cannot express
     hf_tensors = {}

@@ -18,6 +18,13 @@ _SHARED_CONFIG_FIELDS = ("vocab_size", "hidden_size", "embedding_size", "num_hid
                          "attention_probs_dropout_prob", "max_position_embeddings",
                          "type_vocab_size", "initializer_range", "layer_norm_eps")
 
+# transformers' ConvBertConfig defaults, for config.json files that leave fields out.
+_HF_DEFAULTS = dict(vocab_size=30522, hidden_size=768, embedding_size=768, num_hidden_layers=12,
+                    num_attention_heads=12, head_ratio=2, conv_kernel_size=9, num_groups=1,
+                    intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+                    attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+                    type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12)
+
 _LAYER_RULES = [  # (TF1 suffix under encoder/layer_i/, HF suffix under encoder.layer.i.)
     (r"attention/self/(query|key|value)/kernel", r"attention.self.\1.weight"),
     (r"attention/self/(query|key|value)/bias", r"attention.self.\1.bias"),
@@ -116,8 +123,7 @@ def hf_head_size(hf_config: dict) -> int:
 def config_from_hf(hf_config: dict, where="config.json") -> ConvBertConfig:
     if hf_config.get("model_type") != "convbert":
         raise ConfigError(f"{where}: model_type is {hf_config.get('model_type')!r}, not 'convbert'")
-    hf = {"head_ratio": 2, "conv_kernel_size": 9, "num_groups": 1, "embedding_size": 768,
-          **hf_config}
+    hf = {**_HF_DEFAULTS, **hf_config}
     fields = {k: hf[k] for k in _SHARED_CONFIG_FIELDS if k in hf}
     try:
         config = ConvBertConfig(**fields)

@@ -20,6 +20,7 @@ class ConvBertMaskedLM(keras.Model):
                                      config.layer_norm_eps, config.initializer_range,
                                      name="generator_predictions")
         self.mlm_head.build((None, None, config.hidden_size))
+        self.built = True  # every weight exists now, so checkpoints load before the first call
 
     def call(self, inputs, training=None, masked_positions=None):
         """Logits [B, T, V], or [B, P, V] at `masked_positions` [B, P] when given."""

@@ -29,7 +29,7 @@ def attention_bias_from_mask(input_mask, dtype="float32"):
 class MixedAttention(keras.layers.Layer):
     def __init__(self, num_heads, head_size, conv_type="sdconv", conv_kernel_size=9,
                  attention_probs_dropout_prob=0.1, initializer_range=0.02,
-                 conv_implementation="shifted_sum", **kwargs):
+                 conv_implementation="auto", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
@@ -58,7 +58,74 @@ class MixedAttention(keras.layers.Layer):
             self.span_dynamic_conv.build(
                 (input_shape, (*input_shape[:-1], self.num_heads * self.head_size)))
 
+    def _projection_layers(self):
+        layers = [self.query, self.key, self.value]
+        if self.span_dynamic_conv is not None:
+            layers.append(self.span_dynamic_conv.conv_attn_point)
+        return layers
+
     def call(self, hidden, attention_bias=None, training=None, return_attention_probs=False):
+        """Same math as the reference formulation (see `call_reference`), arranged for speed:
+
+        * Q, K, V and the conv values share their input: their four kernels are concatenated at
+          call time into one [H, 4A] matmul (the variables, their names and layouts stay separate,
+          so `weight_map()` / checkpoint loading are unchanged);
+        * heads are laid out [B, N, T, d] once, with one transpose for all projections;
+        * the 1/sqrt(d) scale is applied to q ([T, d]) instead of the scores ([T, T]);
+        * the convolution heads are a band matmul (short T) or a fused shifted sum (long T),
+          never the K-times larger unfold (unless asked for, as the reference).
+        """
+        from model.span_dynamic_conv import _DYNAMIC_CONV, band_matrix, resolve_implementation
+        batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
+        n, d = self.num_heads, self.head_size
+        width = n * d
+        dtype = hidden.dtype
+        layers = self._projection_layers()
+        kernel = ops.concatenate([ops.cast(l.kernel, dtype) for l in layers], axis=-1)
+        bias = ops.concatenate([ops.cast(l.bias, dtype) for l in layers], axis=-1)
+        proj = ops.matmul(hidden, kernel) + bias                                # [B, T, P*A]
+        heads = ops.transpose(ops.reshape(proj, (batch, seq_len, len(layers), n, d)),
+                              (0, 2, 3, 1, 4))                                  # [B, P, N, T, d]
+        q = heads[:, 0] * ops.cast(1.0 / math.sqrt(d), dtype)
+        scores = ops.einsum("bnqd,bnkd->bnqk", q, heads[:, 1])
+        if attention_bias is not None:
+            scores = scores + ops.cast(attention_bias, scores.dtype)
+        probs = ops.softmax(scores, axis=-1)
+        dropped = self.probs_dropout(probs, training=training)
+        sdc = self.span_dynamic_conv
+        implementation = None
+        if sdc is not None:
+            implementation = resolve_implementation(sdc.implementation, hidden.shape[1])
+            # The official code feeds the unscaled query (not q / sqrt(d)) to the kernel generator.
+            conv_kernel = sdc.generate_kernel(hidden, proj[..., :width])        # [B, T, N, K]
+        if sdc is None:
+            context = ops.matmul(dropped, heads[:, 2])                          # [B, N, T, d]
+            context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width))
+        elif implementation == "band":
+            # Attention heads and convolution heads in one batched matmul over 2N "heads":
+            # [probs ‖ band] [B, 2N, T, T] @ [V ‖ V_conv] [B, 2N, T, d]; V and V_conv are adjacent
+            # in the projection, so the right operand is a free reshape and the result is already
+            # the concatenated context (attention channels first, as the official code).
+            conv_kernel = ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size))
+            band = band_matrix(ops.transpose(conv_kernel, (0, 2, 1, 3)))        # [B, N, T, T]
+            mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
+            values = ops.reshape(heads[:, 2:4], (batch, 2 * n, seq_len, d))
+            context = ops.matmul(mixers, values)                                # [B, 2N, T, d]
+            context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
+        else:
+            context = ops.matmul(dropped, heads[:, 2])
+            values = ops.reshape(proj[..., 3 * width:], (batch, seq_len, n, d))
+            conv = ops.reshape(_DYNAMIC_CONV[implementation](values, conv_kernel),
+                               (batch, seq_len, width))
+            context = ops.concatenate(
+                [ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width)), conv],
+                axis=-1)
+        if return_attention_probs:
+            return context, probs
+        return context
+
+    def call_reference(self, hidden, attention_bias=None, training=None):
+        """The straightforward formulation (separate projections, unfold-free layer call)."""
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
         query = self.query(hidden)
 
@@ -73,11 +140,8 @@ class MixedAttention(keras.layers.Layer):
         context = ops.einsum("bnqk,bknd->bqnd", self.probs_dropout(probs, training=training), v)
         context = ops.reshape(context, (batch, seq_len, self.num_heads * self.head_size))
         if self.span_dynamic_conv is not None:
-            # The official code feeds the unscaled query (not q / sqrt(d)) to the kernel generator.
             conv = self.span_dynamic_conv((hidden, query))
             context = ops.concatenate([context, conv], axis=-1)
-        if return_attention_probs:
-            return context, probs
         return context
 
     def weight_map(self):

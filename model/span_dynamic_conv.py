@@ -23,7 +23,11 @@ from keras import ops
 
 from model.initializers import truncated_normal
 
-CONV_IMPLEMENTATIONS = ("shifted_sum", "unfold")
+# "auto" picks, per backend, what measured fastest on CPU (docs/PERFORMANCE.md, issue 7):
+# the band matmul for short sequences, the shifted sum otherwise. "unfold" is the reference only.
+CONV_IMPLEMENTATIONS = ("auto", "shifted_sum", "band", "unfold")
+# Longest sequence for which "auto" uses the band matmul (its cost grows as T^2, the sum's as T·K).
+BAND_MAX_LENGTH = 256
 
 
 def dynamic_conv_shifted_sum(values, kernel):
@@ -44,6 +48,48 @@ def dynamic_conv_shifted_sum(values, kernel):
     return out
 
 
+def band_matrix(kernel):
+    """[..., T, K] per-row kernels -> [..., T, T] band matrix W[t, s] = kernel[t, s - t + (K-1)/2].
+
+    Pure pad / reshape / slice (no one-hot constant, no gather): each row is padded with T zeros
+    to length T+K, the rows are flattened and the last T zeros dropped, so that reading the result
+    as rows of length T+K-1 shifts row t right by t ("skewing"). Entries outside [0, K) are zero,
+    which is exactly the zero padding at the sequence edges. Works for T < K too.
+    """
+    kernel_size = kernel.shape[-1]
+    pad = (kernel_size - 1) // 2
+    shape = ops.shape(kernel)
+    lead, seq_len = tuple(shape[:-2]), shape[-2]
+    width = seq_len + kernel_size - 1
+    rows = ops.pad(kernel, [[0, 0]] * (len(kernel.shape) - 1) + [[0, seq_len]])   # [..., T, T+K]
+    flat = ops.reshape(rows, (*lead, seq_len * (width + 1)))
+    skewed = ops.reshape(flat[..., :seq_len * width], (*lead, seq_len, width))    # [..., T, T+K-1]
+    return skewed[..., pad:pad + seq_len]
+
+
+def dynamic_conv_band_heads_first(values, kernel):
+    """values [B, N, T, d], kernel [B, N, T, K] -> [B, N, T, d] as one batched matmul (the
+    "expanded" form of fairseq): cheap for short T, where a [T, T] band per head is small."""
+    return ops.matmul(band_matrix(kernel), values)
+
+
+def dynamic_conv_band(values, kernel):
+    """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) via the band matmul."""
+    kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel.shape[-1]))
+    out = dynamic_conv_band_heads_first(ops.transpose(values, (0, 2, 1, 3)),
+                                        ops.transpose(kernel, (0, 2, 1, 3)))
+    return ops.transpose(out, (0, 2, 1, 3))
+
+
+def resolve_implementation(implementation, seq_len=None):
+    """The concrete implementation "auto" stands for at this (static) sequence length."""
+    if implementation != "auto":
+        return implementation
+    if seq_len is not None and seq_len <= BAND_MAX_LENGTH:
+        return "band"
+    return "shifted_sum"
+
+
 def dynamic_conv_unfold(values, kernel):
     """Reference form of the official code: stack K shifted copies ([B,T,N,d,K]) and contract.
 
@@ -58,7 +104,8 @@ def dynamic_conv_unfold(values, kernel):
     return ops.einsum("btndk,btnk->btnd", unfolded, kernel)
 
 
-_DYNAMIC_CONV = {"shifted_sum": dynamic_conv_shifted_sum, "unfold": dynamic_conv_unfold}
+_DYNAMIC_CONV = {"shifted_sum": dynamic_conv_shifted_sum, "band": dynamic_conv_band,
+                 "unfold": dynamic_conv_unfold}
 
 
 @keras.saving.register_keras_serializable(package="convbert")
@@ -66,7 +113,7 @@ class SpanDynamicConv(keras.layers.Layer):
     """The convolution heads: num_heads heads of width head_size, kernel width kernel_size."""
 
     def __init__(self, num_heads, head_size, kernel_size=9, conv_type="sdconv",
-                 initializer_range=0.02, implementation="shifted_sum", **kwargs):
+                 initializer_range=0.02, implementation="auto", **kwargs):
         super().__init__(**kwargs)
         if conv_type not in ("sdconv", "dynamic", "lightweight"):
             raise ValueError(f"SpanDynamicConv: unknown conv_type {conv_type!r}")
@@ -126,7 +173,8 @@ class SpanDynamicConv(keras.layers.Layer):
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
         values = ops.reshape(self.conv_attn_point(hidden),
                              (batch, seq_len, self.num_heads, self.head_size))
-        out = _DYNAMIC_CONV[self.implementation](values, kernel)
+        implementation = resolve_implementation(self.implementation, hidden.shape[1])
+        out = _DYNAMIC_CONV[implementation](values, kernel)
         return ops.reshape(out, (batch, seq_len, self.num_heads * self.head_size))
 
     def weight_map(self):
