@@ -31,6 +31,7 @@ _SIZES = {
                  intermediate_size=3072, num_groups=1),
 }
 MODEL_SIZES = tuple(_SIZES)
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 class ConfigError(ValueError):
@@ -127,6 +128,24 @@ class ConvBertConfig:
         if key not in _SIZES:
             raise ConfigError(f"unknown model size {size!r}; choose one of {', '.join(MODEL_SIZES)}")
         return cls(**{**_SIZES[key], **overrides})
+
+    @classmethod
+    def from_name(cls, name: str) -> "ConvBertConfig":
+        """A config shipped in the repository's `configs/` directory, e.g. "electra_small"."""
+        path = os.path.join(CONFIGS_DIR, name + ".json")
+        if not os.path.exists(path):
+            known = sorted(f[:-5] for f in os.listdir(CONFIGS_DIR) if f.endswith(".json"))
+            raise ConfigError(f"unknown model name {name!r}; known: {', '.join(known)}")
+        return cls.from_json(path)
+
+    @classmethod
+    def from_any(cls, spec: str) -> "ConvBertConfig":
+        """A size ("small"), a configs/ name ("electra_small"), a JSON file or a JSON string."""
+        if spec.replace("_", "-") in _SIZES:
+            return cls.from_size(spec)
+        if spec.lstrip().startswith("{") or os.path.exists(spec):
+            return cls.from_json(spec)
+        return cls.from_name(spec)
 
     @classmethod
     def from_dict(cls, d: dict, strict: bool = True) -> "ConvBertConfig":

@@ -1,0 +1,70 @@
+"""Throughput of the pre-training data builder, in tokens per second on one core.
+
+  .venv/bin/python benchmarks/bench_data_builder.py [--repeats 5]
+
+Corpus: WikiText-2 raw valid+test (../shared/data/corpus/wikitext-2-raw), BERT uncased vocab,
+max_seq_length 128, blanks_separate_docs=false, one process. Timed: reading the files,
+tokenizing, packing, serializing and writing the shards (`pack_files`); not timed: start-up
+(imports, building the tokenizer). Reports WordPiece tokens of the corpus per second (the unit
+of ELECTRA's ~140k tokens/s) and real tokens written per second.
+"""
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SHARED = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO.parent / "shared"))
+CORPUS = SHARED / "data" / "corpus" / "wikitext-2-raw"
+VOCAB = SHARED / "data" / "vocab" / "bert-uncased-vocab.txt"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if not VOCAB.exists() or not CORPUS.exists():
+        sys.exit(f"needs {CORPUS} and {VOCAB} (../shared)")
+
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(1)  # one core, as asked
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    from data.pretraining_builder import BuildConfig, JobStats, pack_files
+    from data.shard_writer import ShardWriter
+    from data.tokenization import Tokenizer
+
+    files = [str(CORPUS / "wiki.valid.raw"), str(CORPUS / "wiki.test.raw")]
+    tokenizer = Tokenizer(VOCAB)
+    with tempfile.TemporaryDirectory() as out:
+        config = BuildConfig(corpus_dir=str(CORPUS), output_dir=out, vocab_file=str(VOCAB),
+                             blanks_separate_docs=False, num_shards=1, progress=False)
+        timings, cpu_timings = [], []
+        for repeat in range(args.repeats + 1):  # the first run warms up (op caches, page cache)
+            stats = JobStats()
+            writer = ShardWriter(out, [0], 1)
+            start, cpu_start = time.perf_counter(), time.process_time()
+            pack_files(files, tokenizer, config, writer, stats)
+            writer.close()
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+            if repeat:
+                timings.append(seconds)
+                cpu_timings.append(cpu_seconds)
+    best, median = min(timings), statistics.median(timings)
+    print(f"corpus: {stats.bytes / 1e6:.2f} MB, {stats.lines:,} lines, "
+          f"{stats.corpus_tokens:,} WordPiece tokens -> {stats.examples:,} examples, "
+          f"{stats.tokens:,} real tokens")
+    print(f"builder, 1 process, 1 TF thread: median {median:.3f}s, best {best:.3f}s over "
+          f"{len(timings)} runs; CPU time median {statistics.median(cpu_timings):.3f}s")
+    print(f"throughput: {stats.corpus_tokens / median / 1e6:.2f}M corpus tokens/s per core "
+          f"(best {stats.corpus_tokens / best / 1e6:.2f}M); "
+          f"{stats.tokens / median / 1e6:.2f}M written tokens/s")
+
+
+if __name__ == "__main__":
+    main()

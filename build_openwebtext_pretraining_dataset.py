@@ -1,0 +1,54 @@
+"""Builds pre-training shards from OpenWebText in ELECTRA's layout.
+
+  python build_openwebtext_pretraining_dataset.py --data_dir=$DATA_DIR --num_processes=2
+
+reads `$DATA_DIR/openwebtext/*.xz` (tar.xz archives of .txt files, one document each) and
+`$DATA_DIR/vocab.txt`, and writes `$DATA_DIR/pretrain_tfrecords/`. Archives are extracted to a
+temporary directory first (--tmp_dir; it needs about as much space as the extracted text).
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_dir", None, "Directory holding openwebtext/ (and vocab.txt).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default: <data_dir>/vocab.txt).")
+flags.DEFINE_string("output_dir", None, "Output (default: <data_dir>/pretrain_tfrecords).")
+flags.DEFINE_string("tmp_dir", None, "Where to extract the archives (default: system temp).")
+flags.DEFINE_integer("max_seq_length", 128, "Number of tokens per example.")
+flags.DEFINE_integer("num_processes", 1, "Parallelize over this many processes.")
+flags.DEFINE_boolean("do_lower_case", True, "Lower-case the input text.")
+flags.DEFINE_boolean("strip_accents", None, "Strip accents (default: same as --do_lower_case).")
+flags.DEFINE_integer("num_shards", 1000, "Number of output shards.")
+flags.DEFINE_integer("seed", 12345, "Random seed: same seed, same shards.")
+flags.DEFINE_boolean("skip_bad_files", False, "Skip (and count) undecodable files.")
+flags.DEFINE_boolean("progress", True, "Print a progress line with ETA to stderr.")
+
+
+def main(argv):
+    del argv
+    from data.errors import DataError
+    from data.openwebtext import build_openwebtext_pretraining_dataset
+    from data.pretraining_builder import format_summary
+
+    overrides = dict(
+        vocab_file=FLAGS.vocab_file or os.path.join(FLAGS.data_dir, "vocab.txt"),
+        output_dir=FLAGS.output_dir or os.path.join(FLAGS.data_dir, "pretrain_tfrecords"),
+        max_seq_length=FLAGS.max_seq_length, num_processes=FLAGS.num_processes,
+        do_lower_case=FLAGS.do_lower_case, strip_accents=FLAGS.strip_accents,
+        num_shards=FLAGS.num_shards, seed=FLAGS.seed, skip_bad_files=FLAGS.skip_bad_files,
+        progress=FLAGS.progress)
+    try:
+        summary = build_openwebtext_pretraining_dataset(FLAGS.data_dir, overrides, FLAGS.tmp_dir)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print(format_summary(summary), flush=True)
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["data_dir"])
+    app.run(main)

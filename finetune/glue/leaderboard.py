@@ -1,0 +1,295 @@
+"""GLUE leaderboard files, their validator, and per-trial dev results.
+
+Submission format (gluebenchmark.com, as jiant writes it): one `<NAME>.tsv` per test set with the
+header `index<TAB>prediction`, the index being the test file's own id column, and predictions as
+label strings (entailment/neutral/contradiction for MNLI and AX, entailment/not_entailment for
+RTE and QNLI, 0/1 for CoLA, SST-2, MRPC, QQP, WNLI) or, for STS-B, a score with 3 decimals in
+[0, 5]. The server takes a zip of the eleven files at its top level.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+import zipfile
+
+import numpy as np
+
+from finetune.glue.metrics import compute_metrics, to_label_ids, to_scores
+from finetune.glue.readers import read_examples
+from finetune.glue.tasks import DataError, get_task, normalize_task_name
+
+# Submission file stem -> (task, test split whose ids the file must cover).
+SUBMISSION_FILES = {
+    "CoLA": ("cola", "test"),
+    "SST-2": ("sst", "test"),
+    "MRPC": ("mrpc", "test"),
+    "STS-B": ("sts", "test"),
+    "QQP": ("qqp", "test"),
+    "MNLI-m": ("mnli", "test_matched"),
+    "MNLI-mm": ("mnli", "test_mismatched"),
+    "QNLI": ("qnli", "test"),
+    "RTE": ("rte", "test"),
+    "WNLI": ("wnli", "test"),
+    "AX": ("ax", "test"),
+}
+HEADER = "index\tprediction"
+STS_DECIMALS = 3
+
+
+class SubmissionError(DataError):
+    """A submission that the GLUE server would reject; `.problems` lists every problem found."""
+
+    def __init__(self, source, problems: list[str]):
+        self.problems = list(problems)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"invalid GLUE submission {source}: {problems[0]}{more}")
+
+
+def submission_stem(key: str) -> str:
+    """'cola' / 'CoLA' / 'CoLA.tsv' / 'mnli-mm' -> the submission file stem ('CoLA', 'MNLI-mm')."""
+    text = str(key).strip()
+    if text.lower().endswith(".tsv"):
+        text = text[:-4]
+    for stem in SUBMISSION_FILES:
+        if text.lower() == stem.lower():
+            return stem
+    name = normalize_task_name(text)   # DataError for unknown names
+    stems = [stem for stem, (task, _) in SUBMISSION_FILES.items() if task == name]
+    if len(stems) != 1:
+        raise DataError(f"{key!r} is ambiguous: say which of {', '.join(stems)}")
+    return stems[0]
+
+
+def format_predictions(task_name: str, predictions) -> list[str]:
+    """Server strings for label ids / label strings / logits (or STS-B scores)."""
+    task = get_task(task_name)
+    if task.is_regression:
+        scores = to_scores(predictions)
+        if not np.all(np.isfinite(scores)):
+            raise ValueError(f"{task.name}: non-finite regression predictions")
+        scores = np.clip(scores, task.min_value, task.max_value)
+        return [f"{s:.{STS_DECIMALS}f}" for s in scores]
+    return [task.label_list[i] for i in to_label_ids(predictions, task.name)]
+
+
+def _atomic_write(path: pathlib.Path, write) -> None:
+    """Run write(tmp_path) and rename over `path`: readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _write_text(path, text: str) -> None:
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    _atomic_write(pathlib.Path(path), write)
+
+
+def write_submission_file(path, task_name: str, indices, predictions) -> pathlib.Path:
+    """One leaderboard TSV: `index<TAB>prediction` rows in the given order."""
+    indices = [str(i) for i in indices]
+    formatted = format_predictions(task_name, predictions)
+    if len(indices) != len(formatted):
+        raise ValueError(f"{path}: {len(indices)} indices for {len(formatted)} predictions")
+    lines = [HEADER] + [f"{i}\t{p}" for i, p in zip(indices, formatted)]
+    _write_text(path, "\n".join(lines) + "\n")
+    return pathlib.Path(path)
+
+
+def write_submission(output_dir, predictions: dict, zip_name: str = "glue_submission.zip"
+                     ) -> pathlib.Path:
+    """Write `<output_dir>/<NAME>.tsv` for each entry and zip them; returns the zip's path.
+
+    predictions: {file stem or task key ("CoLA", "sst", "MNLI-mm", "ax", ...):
+                  (test indices, predictions)}; indices are the test examples' `guid`s.
+    """
+    output_dir = pathlib.Path(output_dir)
+    written = []
+    for key, (indices, preds) in predictions.items():
+        stem = submission_stem(key)
+        task_name = SUBMISSION_FILES[stem][0]
+        written.append(write_submission_file(output_dir / f"{stem}.tsv", task_name, indices, preds))
+    zip_path = output_dir / zip_name
+
+    def write_zip(tmp):
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for path in sorted(written):
+                zf.write(path, arcname=path.name)   # files at the zip's top level
+    _atomic_write(zip_path, write_zip)
+    return zip_path
+
+
+def _submission_texts(source: pathlib.Path) -> dict[str, str]:
+    """{file name: text} of a submission directory or zip."""
+    if source.is_dir():
+        try:
+            return {p.name: p.read_text(encoding="utf-8") for p in sorted(source.glob("*.tsv"))}
+        except UnicodeDecodeError:
+            raise DataError(f"{source}: a .tsv file is not UTF-8 text") from None
+    if zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as zf:
+            try:
+                return {info.filename: zf.read(info).decode("utf-8")
+                        for info in zf.infolist() if not info.is_dir()}
+            except UnicodeDecodeError:
+                raise DataError(f"{source}: a member is not UTF-8 text") from None
+    raise DataError(f"{source}: neither a directory nor a zip file")
+
+
+def _check_file(name: str, text: str, task_name: str, test_ids: list[str]) -> list[str]:
+    task = get_task(task_name)
+    lines = text.splitlines()
+    if not lines or lines[0] != HEADER:
+        return [f"{name}:1: header must be 'index\\tprediction'"]
+    problems, seen = [], set()
+    for line_no, line in enumerate(lines[1:], start=2):
+        cells = line.split("\t")
+        if len(cells) != 2:
+            problems.append(f"{name}:{line_no}: expected 2 tab-separated columns, "
+                            f"found {len(cells)}")
+            continue
+        index, prediction = cells
+        if index in seen:
+            problems.append(f"{name}:{line_no}: duplicate index {index!r}")
+        seen.add(index)
+        if task.is_regression:
+            try:
+                ok = task.min_value <= float(prediction) <= task.max_value
+            except ValueError:
+                ok = False
+            if not ok:
+                problems.append(f"{name}:{line_no}: prediction {prediction!r} is not a number "
+                                f"in [{task.min_value:g}, {task.max_value:g}]")
+        elif prediction not in task.label_list:
+            problems.append(f"{name}:{line_no}: prediction {prediction!r} not in "
+                            f"{{{', '.join(task.label_list)}}}")
+    missing = [i for i in test_ids if i not in seen]
+    extra = sorted(seen - set(test_ids))
+    if missing:
+        problems.append(f"{name}: {len(missing)} test ids missing, e.g. {missing[:3]}")
+    if extra:
+        problems.append(f"{name}: {len(extra)} ids not in the test file, e.g. {extra[:3]}")
+    return problems
+
+
+def validate_submission(source, glue_data_dir, require_all: bool = True) -> dict[str, int]:
+    """Check a submission dir or zip against the GLUE test files; {file name: rows} if valid.
+
+    Every file must be one of the eleven known names, have the `index<TAB>prediction` header,
+    cover exactly the test file's ids (no duplicates) and use the task's label strings (STS-B:
+    numbers in [0, 5]). require_all: also demand all eleven files, as the server does.
+    Raises SubmissionError listing all problems.
+    """
+    source = pathlib.Path(source)
+    texts = _submission_texts(source)
+    known = {f"{stem}.tsv": stem for stem in SUBMISSION_FILES}
+    problems, rows = [], {}
+    for name, text in texts.items():
+        if name not in known:
+            problems.append(f"{name}: not a GLUE submission file name "
+                            f"(expected {', '.join(known)})")
+            continue
+        task_name, split = SUBMISSION_FILES[known[name]]
+        try:
+            test_ids = [e.guid for e in read_examples(glue_data_dir, task_name, split)]
+        except DataError as e:
+            problems.append(f"{name}: cannot read its test file ({e})")
+            continue
+        problems += _check_file(name, text, task_name, test_ids)
+        rows[name] = len(text.splitlines()) - 1
+    if require_all:
+        problems += [f"{name}: missing" for name in known if name not in texts]
+    if not texts:
+        problems.append("no submission files found")
+    if problems:
+        raise SubmissionError(source, problems)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Dev-set results of fine-tuning trials:
+# <model_dir>/results/<task>_dev_predictions.tsv and <task>_dev_metrics.json
+
+def _result_key(task_key: str) -> str:
+    """File-name key: the ELECTRA task name, keeping MNLI's 'mnli-m' / 'mnli-mm' apart."""
+    key = str(task_key).strip().lower()
+    return key if key in ("mnli-m", "mnli-mm") else normalize_task_name(key)
+
+
+def _trial_suffix(trial) -> str:
+    return "" if trial is None else f"_trial{trial}"
+
+
+def write_dev_predictions(model_dir, task_key: str, indices, predictions, labels,
+                          trial=None) -> dict[str, float]:
+    """Write `<task>_dev_predictions.tsv` (index, prediction, label) and `<task>_dev_metrics.json`
+    under `<model_dir>/results/` (suffix `_trial<k>` when `trial` is given); returns the metrics."""
+    key = _result_key(task_key)
+    task = get_task(key)
+    metrics = compute_metrics(key, predictions, labels)
+    if task.is_regression:   # dev predictions keep their raw (unclipped) value
+        pred_strings = [f"{x:.6f}" for x in to_scores(predictions)]
+        label_strings = [f"{x:.3f}" for x in to_scores(labels)]
+    else:
+        pred_strings = format_predictions(key, predictions)
+        label_strings = format_predictions(key, labels)
+    indices = [str(i) for i in indices]
+    if not len(indices) == len(pred_strings) == len(label_strings):
+        raise ValueError(f"{key}: {len(indices)} indices for {len(pred_strings)} predictions")
+    results = pathlib.Path(model_dir) / "results"
+    suffix = _trial_suffix(trial)
+    lines = ["index\tprediction\tlabel"] + [
+        f"{i}\t{p}\t{g}" for i, p, g in zip(indices, pred_strings, label_strings)]
+    _write_text(results / f"{key}_dev_predictions{suffix}.tsv", "\n".join(lines) + "\n")
+    record = {"task": key, "split": "dev", "trial": trial, "num_examples": len(indices),
+              "metrics": metrics}
+    _write_text(results / f"{key}_dev_metrics{suffix}.json", json.dumps(record, indent=2) + "\n")
+    return metrics
+
+
+def summarize_trials(metrics_per_trial: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """{metric: {median, mean, std, min, max, n}} over trials (std: sample std, ddof=1).
+
+    The ELECTRA and ConvBERT papers report the median over (9) fine-tuning runs.
+    """
+    if not metrics_per_trial:
+        raise ValueError("no trials to summarize")
+    summary = {}
+    for name in metrics_per_trial[0]:
+        values = np.array([m[name] for m in metrics_per_trial], dtype=np.float64)
+        summary[name] = {
+            "median": float(np.median(values)), "mean": float(np.mean(values)),
+            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+            "min": float(np.min(values)), "max": float(np.max(values)), "n": int(len(values))}
+    return summary
+
+
+def write_trials_summary(model_dir, task_key: str, metrics_per_trial=None) -> dict:
+    """Summarize `<task>_dev_metrics*.json` (or the given metric dicts) into
+    `<model_dir>/results/<task>_dev_summary.json`; returns the summary."""
+    key = _result_key(task_key)
+    results = pathlib.Path(model_dir) / "results"
+    if metrics_per_trial is None:
+        files = sorted(results.glob(f"{key}_dev_metrics*.json"))
+        metrics_per_trial = [json.loads(p.read_text(encoding="utf-8"))["metrics"] for p in files]
+    summary = summarize_trials(metrics_per_trial)
+    _write_text(results / f"{key}_dev_summary.json",
+                json.dumps({"task": key, "summary": summary}, indent=2) + "\n")
+    return summary
+
+
+def format_summary(task_key: str, summary: dict) -> str:
+    """'mrpc accuracy 87.50 (median of 9; mean 87.31 ± 0.62), f1 ...' for logs."""
+    parts = [f"{name} {s['median']:.2f} (median of {s['n']}; mean {s['mean']:.2f} ± {s['std']:.2f})"
+             for name, s in summary.items()]
+    return f"{_result_key(task_key)} " + ", ".join(parts)

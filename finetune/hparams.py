@@ -1,0 +1,196 @@
+"""Fine-tuning hyper-parameters: one config object, ELECTRA/ConvBERT defaults per model size.
+
+Defaults follow the official `configure_finetuning.py` (yitu-opensource/ConvBert, the ConvBERT
+paper's Table 6):
+
+* learning rate 3e-4 for small / medium-small, 1e-4 for base; layer-wise LR decay 0.8;
+  weight decay 0.01; warm-up over the first 10% of steps, then linear decay to 0;
+* 3 epochs (10 for RTE and STS-B, 2 for SQuAD); batch size 32;
+* max_seq_length 128 (512 for SQuAD); MRPC/STS-B train on both sentence orders;
+* SQuAD: max_query_length 64, doc_stride 128, n-best 20, max answer 30 tokens, joint end
+  prediction with a beam of 20, answerability classifier (weight 0.5), null threshold -2.75.
+
+Overrides come from `--hparams` (a JSON string or a path to a JSON file) and then from explicit
+command-line flags. An unknown key is an error (as the official `update()`), so typos never pass
+silently. `model_hparam_overrides` changes the encoder config (e.g. a tiny model for tests).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Optional
+
+MODEL_SIZES = ("small", "medium-small", "base")
+# Peak learning rate per size (configure_finetuning.py).
+_SIZE_LEARNING_RATE = {"small": 3e-4, "medium-small": 3e-4, "base": 1e-4}
+# Epochs per task (configure_finetuning.py): 3, except RTE/STS-B 10 and SQuAD 2.
+_TASK_EPOCHS = {"rte": 10.0, "sts": 10.0, "squad": 2.0, "squadv1": 2.0}
+QA_TASKS = ("squad", "squadv1")
+
+
+class HParamsError(ValueError):
+    """Bad hyper-parameters: unknown key, wrong type, or invalid value (one-line message)."""
+
+
+@dataclasses.dataclass
+class FinetuneHParams:
+    # -- model
+    model_size: str = "small"
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)
+    do_lower_case: bool = True
+    # -- optimisation (None = the per-size / per-task default, see `for_task`)
+    learning_rate: Optional[float] = None
+    layerwise_lr_decay: float = 0.8
+    weight_decay_rate: float = 0.01
+    warmup_proportion: float = 0.1
+    clip_norm: float = 1.0
+    num_train_epochs: Optional[float] = None
+    max_train_steps: Optional[int] = None   # cap on the number of steps (smoke tests)
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    predict_batch_size: int = 32
+    # -- data
+    max_seq_length: Optional[int] = None    # None: 128, 512 for SQuAD
+    double_unordered: bool = True           # MRPC / STS-B train on both sentence orders
+    max_train_examples: Optional[int] = None  # first N training examples only (smoke tests)
+    max_eval_examples: Optional[int] = None   # first N dev/test examples only (smoke tests)
+    # -- QA (SQuAD)
+    max_query_length: int = 64
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    answerable_classifier: bool = True
+    answerable_uses_start_logits: bool = True
+    answerable_weight: float = 0.5
+    joint_prediction: bool = True
+    beam_size: int = 20
+    qa_hidden_size: int = 512
+    qa_na_threshold: float = -2.75
+    # -- bookkeeping
+    num_trials: int = 1
+    seed: int = 0
+    log_every_steps: int = 100
+    write_test_outputs: bool = True
+    save_finetuned_model: bool = False
+
+    # ------------------------------------------------------------------ overrides
+    def update(self, overrides: dict, where: str = "hparams") -> "FinetuneHParams":
+        """Apply {key: value}; unknown keys and wrongly-typed values raise HParamsError."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - set(fields))
+        if unknown:
+            raise HParamsError(f"{where}: unknown hparam(s) {', '.join(unknown)}; known: "
+                               f"{', '.join(sorted(fields))}")
+        for key, value in overrides.items():
+            setattr(self, key, _coerce(key, getattr(self, key), fields[key], value, where))
+        self.validate(where)
+        return self
+
+    def validate(self, where: str = "hparams"):
+        size = self.model_size.replace("_", "-")
+        if size not in MODEL_SIZES:
+            raise HParamsError(f"{where}: unknown model_size {self.model_size!r}; choose one of "
+                               f"{', '.join(MODEL_SIZES)}")
+        self.model_size = size
+        if not isinstance(self.model_hparam_overrides, dict):
+            raise HParamsError(f"{where}: model_hparam_overrides must be a JSON object")
+        positive = ("train_batch_size", "eval_batch_size", "predict_batch_size", "num_trials",
+                    "max_query_length", "doc_stride", "n_best_size", "max_answer_length",
+                    "beam_size", "qa_hidden_size", "log_every_steps")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise HParamsError(f"{where}: {name} must be > 0, got {getattr(self, name)}")
+        for name in ("learning_rate", "num_train_epochs", "max_train_steps", "max_seq_length",
+                     "max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise HParamsError(f"{where}: {name} must be > 0, got {value}")
+        if self.max_seq_length is not None and self.max_seq_length < 8:
+            raise HParamsError(f"{where}: max_seq_length {self.max_seq_length} is too small")
+        if not 0.0 <= self.warmup_proportion <= 1.0:
+            raise HParamsError(f"{where}: warmup_proportion must be in [0, 1]")
+        if not 0.0 < self.layerwise_lr_decay <= 1.0:
+            raise HParamsError(f"{where}: layerwise_lr_decay must be in (0, 1]")
+        return self
+
+    # ------------------------------------------------------------------ per-task values
+    def for_task(self, task_name: str) -> "FinetuneHParams":
+        """A copy with every per-size / per-task default (None) filled in."""
+        hp = dataclasses.replace(self, model_hparam_overrides=dict(self.model_hparam_overrides))
+        if hp.learning_rate is None:
+            hp.learning_rate = _SIZE_LEARNING_RATE[hp.model_size]
+        if hp.num_train_epochs is None:
+            hp.num_train_epochs = _TASK_EPOCHS.get(task_name, 3.0)
+        if hp.max_seq_length is None:
+            hp.max_seq_length = 512 if task_name in QA_TASKS else 128
+        return hp
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _coerce(key, current, field, value, where):
+    """Check a JSON value against the field's type (ints accepted for floats)."""
+    type_text = str(field.type)
+    if value is None:
+        if "Optional" in type_text:
+            return None
+        raise HParamsError(f"{where}: {key} cannot be null")
+    if "dict" in type_text:
+        if not isinstance(value, dict):
+            raise HParamsError(f"{where}: {key} must be a JSON object, got {value!r}")
+        return dict(value)
+    if "bool" in type_text:
+        if not isinstance(value, bool):
+            raise HParamsError(f"{where}: {key} must be true or false, got {value!r}")
+        return value
+    if "float" in type_text:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise HParamsError(f"{where}: {key} must be a number, got {value!r}")
+        return float(value)
+    if "int" in type_text:
+        if isinstance(value, bool) or not (isinstance(value, int) or
+                                           (isinstance(value, float) and value.is_integer())):
+            raise HParamsError(f"{where}: {key} must be an integer, got {value!r}")
+        return int(value)
+    if "str" in type_text:
+        if not isinstance(value, str):
+            raise HParamsError(f"{where}: {key} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def parse_hparams_arg(text: Optional[str]) -> tuple[dict, str]:
+    """`--hparams` value (JSON string or path to a JSON file) -> ({key: value}, where)."""
+    if not text:
+        return {}, "--hparams"
+    where = "--hparams"
+    if not text.lstrip().startswith("{"):
+        where = text
+        if not os.path.isfile(text):
+            raise HParamsError(f"{text}: --hparams is neither a JSON object nor an existing file")
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HParamsError(f"{where}: invalid JSON at line {e.lineno} column {e.colno}: "
+                           f"{e.msg}") from None
+    if not isinstance(value, dict):
+        raise HParamsError(f"{where}: expected a JSON object of hparams")
+    return value, where
+
+
+def load_hparams(hparams_arg: Optional[str] = None, **flag_overrides) -> FinetuneHParams:
+    """Defaults, then `--hparams`, then explicit flags (those not None)."""
+    hp = FinetuneHParams()
+    overrides, where = parse_hparams_arg(hparams_arg)
+    hp.update(overrides, where)
+    flags = {k: v for k, v in flag_overrides.items() if v is not None}
+    if flags:
+        hp.update(flags, "command-line flags")
+    return hp

@@ -1,0 +1,255 @@
+"""SQuAD v1.1 / v2.0 fine-tuning: the QA pieces of finetune/qa wired into the trainer.
+
+* data: `squad_data.read_squad_examples` + `convert_examples_to_features` (sliding windows of
+  max_seq_length with doc_stride, questions cut to max_query_length);
+* model: ConvBERT encoder + `qa_head.ElectraQAHead` (joint start/end beam, answerability
+  classifier) trained with `qa_head.qa_loss`;
+* outputs under `<model_dir>/results/`: `<task>_predictions.json`, `<task>_nbest_predictions.json`,
+  for v2.0 `<task>_null_odds.json` and `<task>_leaderboard_predictions.json` (null threshold
+  applied), and `<task>_metrics.json` (official EM/F1; v2.0 with the null odds at
+  `qa_na_threshold`, plus best_exact/best_f1). With several trials the files get `_trial<k>`
+  after the task name and `<task>_summary.json` has median and mean ± std per metric.
+
+Task names: "squad" = SQuAD 2.0 (ELECTRA's name), "squadv1" = SQuAD 1.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+VERSIONS = {"squad": "2.0", "squadv1": "1.1"}
+BEAM_KEYS = ("start_top_index", "start_top_log_probs", "end_top_index", "end_top_log_probs")
+
+
+def default_files(task, data_dir):
+    """(train_file, predict_file) under <data_dir>/squad/ (or <data_dir>/)."""
+    version = VERSIONS[task]
+    if not data_dir:
+        return None, None
+    for d in (os.path.join(data_dir, "squad"), data_dir):
+        dev = os.path.join(d, f"dev-v{version}.json")
+        train = os.path.join(d, f"train-v{version}.json")
+        if os.path.exists(dev) or os.path.exists(train):
+            return train, dev
+    return (os.path.join(data_dir, "squad", f"train-v{version}.json"),
+            os.path.join(data_dir, "squad", f"dev-v{version}.json"))
+
+
+def _require(path, what, flag):
+    from finetune.qa.squad_eval import SquadFormatError
+    if not path:
+        raise SquadFormatError(f"no SQuAD {what} file: give --{flag} or --data_dir")
+    if not os.path.isfile(path):
+        raise SquadFormatError(f"{path}: SQuAD {what} file not found (give --{flag})")
+    return path
+
+
+def uses_answerable_classifier(hp, version):
+    """SQuAD 1.1 has no unanswerable questions: ELECTRA's answerability classifier is v2.0 only."""
+    return bool(hp.answerable_classifier) and version == "2.0"
+
+
+def make_head(hp, config, version, name="squad_head"):
+    from finetune.qa.qa_head import ElectraQAHead
+    head = ElectraQAHead(beam_size=hp.beam_size, qa_hidden_size=hp.qa_hidden_size,
+                         joint_prediction=hp.joint_prediction,
+                         answerable_classifier=uses_answerable_classifier(hp, version),
+                         answerable_uses_start_logits=hp.answerable_uses_start_logits,
+                         hidden_act=config.hidden_act, initializer_range=config.initializer_range,
+                         name=name)
+    head.build((None, None, config.hidden_size))
+    return head
+
+
+def model_fns(hp, version):
+    """(forward_fn, loss_fn, output_keys) for the trainer."""
+    from finetune.qa.qa_head import qa_loss
+    use_answerable = uses_answerable_classifier(hp, version)
+
+    def forward(encoder, head, batch, training):
+        h = encoder({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+                     "segment_ids": batch["segment_ids"]}, training=training)
+        if training:
+            return head(h, batch["input_mask"], batch["segment_ids"],
+                        start_positions=batch["start_positions"], training=True)
+        return head(h, batch["input_mask"], batch["segment_ids"], training=False,
+                    return_beam=True)
+
+    def loss(outputs, batch):
+        return qa_loss(outputs, batch, answerable_weight=hp.answerable_weight
+                       if use_answerable else 0.0)
+
+    if hp.joint_prediction:
+        keys = list(BEAM_KEYS)
+    else:
+        keys = ["start_logits", "end_logits"]
+    if use_answerable:
+        keys.append("answerable_logit")
+    return forward, loss, keys
+
+
+def _numeric(metrics):
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def evaluate(version, dataset_json, predictions, null_odds, threshold):
+    from finetune.qa import squad_eval
+    dataset = squad_eval.validate_dataset(dataset_json)
+    quiet = lambda msg: None  # noqa: E731 -- missing predictions are expected with a subset
+    if version == "1.1":
+        return dict(squad_eval.evaluate_v1(dataset, predictions, log=quiet))
+    return dict(squad_eval.evaluate_v2(dataset, predictions, null_odds, threshold, log=quiet))
+
+
+def _subset_dataset(dataset_json, qids):
+    """The dataset restricted to questions `qids` (evaluation on a --max_eval_examples subset)."""
+    data = []
+    for article in dataset_json["data"]:
+        paragraphs = []
+        for p in article["paragraphs"]:
+            qas = [qa for qa in p["qas"] if qa["id"] in qids]
+            if qas:
+                paragraphs.append(dict(p, qas=qas))
+        if paragraphs:
+            data.append(dict(article, paragraphs=paragraphs))
+    return dict(dataset_json, data=data)
+
+
+class SquadData:
+    """The examples of one SQuAD task, read (and checked) before any model work."""
+
+    def __init__(self, task, train_file, predict_file, train_examples, eval_examples,
+                 dataset_json):
+        self.task, self.train_file, self.predict_file = task, train_file, predict_file
+        self.train_examples, self.eval_examples = train_examples, eval_examples
+        self.dataset_json = dataset_json
+
+
+def load_squad_data(task, hp, data_dir, train_file, predict_file, do_train, do_eval):
+    """Reads the training / evaluation files (SquadFormatError naming the file when bad)."""
+    from finetune.qa import squad_data
+    from finetune.qa.squad_eval import SquadFormatError
+    default_train, default_dev = default_files(task, data_dir)
+    train_file = train_file or default_train
+    predict_file = predict_file or default_dev
+    train_examples = eval_examples = dataset_json = None
+    if do_train:
+        train_file = _require(train_file, "training", "train_file")
+        train_examples = squad_data.read_squad_examples(train_file, is_training=True)
+        if hp.max_train_examples:
+            train_examples = train_examples[:hp.max_train_examples]
+        if not train_examples:
+            raise SquadFormatError(f"{train_file}: no usable training questions")
+    if do_eval:
+        predict_file = _require(predict_file, "evaluation", "predict_file")
+        eval_examples = squad_data.read_squad_examples(predict_file, is_training=False)
+        with open(predict_file, encoding="utf-8") as f:   # valid: read_squad_examples checked it
+            dataset_json = json.load(f)
+        if hp.max_eval_examples:
+            eval_examples = eval_examples[:hp.max_eval_examples]
+            dataset_json = _subset_dataset(dataset_json, {e.qas_id for e in eval_examples})
+        if not eval_examples:
+            raise SquadFormatError(f"{predict_file}: no questions to evaluate")
+    return SquadData(task, train_file, predict_file, train_examples, eval_examples,
+                     dataset_json)
+
+
+def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
+                   printer=print):
+    """Fine-tune (when data has training examples) and evaluate one SQuAD version; returns the
+    per-trial metrics."""
+    import keras
+
+    from finetune.qa import postprocess, squad_data
+    from finetune.hparams import QA_TASKS
+    from finetune.trainer import Trainer, num_train_steps
+
+    assert task in QA_TASKS
+    version = VERSIONS[task]
+    do_train = data.train_examples is not None
+    if check_seq is not None:
+        check_seq(source, hp.max_seq_length, task)
+
+    train_features = None
+    if do_train:
+        examples = data.train_examples
+        feats = squad_data.convert_examples_to_features(
+            examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
+            is_training=True)
+        train_features = feats.model_inputs(with_labels=True)
+        printer(f"{task}: {len(examples)} training questions -> {len(feats)} windows "
+                f"({data.train_file})")
+    eval_data = None
+    if data.eval_examples is not None:
+        examples = data.eval_examples
+        feats = squad_data.convert_examples_to_features(
+            examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
+            is_training=False)
+        eval_data = (examples, feats, data.dataset_json)
+        printer(f"{task}: {len(examples)} evaluation questions -> {len(feats)} windows "
+                f"({data.predict_file})")
+    predict_file = data.predict_file
+
+    forward, loss, output_keys = model_fns(hp, version)
+    results_dir = os.path.join(model_dir, "results")
+    all_metrics = []
+    for trial in range(1, hp.num_trials + 1):
+        seed = hp.seed + trial - 1
+        keras.utils.set_random_seed(seed)
+        label = task if hp.num_trials == 1 else f"{task} trial {trial}/{hp.num_trials}"
+        suffix = "" if hp.num_trials == 1 else f"_trial{trial}"
+        encoder = source.build()
+        head = make_head(hp, encoder.config, version)
+        named = dict(encoder.weight_map())
+        named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
+        trainer = Trainer(encoder, head, forward, loss, hp, task, named,
+                          log_dir=os.path.join(model_dir, "tensorboard", task + suffix),
+                          trial_label=label, printer=printer)
+        steps = 0
+        if do_train:
+            steps = num_train_steps(len(train_features["input_ids"]), hp.train_batch_size,
+                                    hp.num_train_epochs, hp.max_train_steps)
+            trainer.train(train_features, steps, seed=seed)
+        if eval_data is None:
+            continue
+        examples, feats, dataset_json = eval_data
+        results = trainer.predict(feats.model_inputs(with_labels=False), output_keys,
+                                  batch_size=hp.predict_batch_size)
+        prefix = f"{task}{suffix}_"
+        paths = postprocess.write_predictions(
+            examples, feats, results, results_dir, version_2_with_negative=version == "2.0",
+            n_best_size=hp.n_best_size, max_answer_length=hp.max_answer_length,
+            null_threshold=hp.qa_na_threshold, prefix=prefix)
+        with open(paths["predictions"], encoding="utf-8") as f:
+            predictions = json.load(f)
+        null_odds = None
+        if "null_odds" in paths:
+            with open(paths["null_odds"], encoding="utf-8") as f:
+                null_odds = json.load(f)
+        metrics = evaluate(version, dataset_json, predictions, null_odds, hp.qa_na_threshold)
+        record = {"task": task, "version": version, "trial": None if hp.num_trials == 1
+                  else trial, "num_questions": len(examples), "num_windows": len(feats),
+                  "predict_file": predict_file, "train_steps": steps, "metrics": metrics}
+        metrics_path = os.path.join(results_dir, f"{prefix}metrics.json")
+        postprocess.write_json_atomic(record, metrics_path)
+        all_metrics.append(_numeric(metrics))
+        trainer.write_scalars(f"dev_{task}", _numeric(metrics), steps)
+        main = ("exact_match", "f1") if version == "1.1" else ("exact", "f1")
+        printer(f"{label}: dev " + ", ".join(f"{k} {metrics[k]:.2f}" for k in main)
+                + f" ({len(examples)} questions) -> {', '.join(sorted(paths.values()))}, "
+                  f"{metrics_path}")
+    if hp.num_trials > 1 and all_metrics:
+        from finetune.glue.leaderboard import summarize_trials
+        keys = set.intersection(*(set(m) for m in all_metrics))
+        summary = summarize_trials([{k: m[k] for k in sorted(keys)} for m in all_metrics])
+        postprocess.write_json_atomic({"task": task, "summary": summary},
+                                      os.path.join(results_dir, f"{task}_summary.json"))
+        printer(f"{task} " + ", ".join(
+            f"{k} {summary[k]['median']:.2f} (median of {summary[k]['n']}; mean "
+            f"{summary[k]['mean']:.2f} ± {summary[k]['std']:.2f})"
+            for k in (("exact_match", "f1") if version == "1.1" else ("exact", "f1"))
+            if k in summary))
+    return all_metrics

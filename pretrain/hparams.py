@@ -1,0 +1,230 @@
+"""The one configuration object of pre-training: `PretrainingHParams`.
+
+Defaults follow the official ConvBERT `configure_pretraining.py` (itself ELECTRA's) and paper
+Table 5; per-size values are applied on top of the common defaults, then user overrides
+(`--hparams` JSON string or .json file, then explicit command-line flags) on top of those:
+
+    hp = make_hparams("small", overrides={"learning_rate": 1e-4})
+
+| size          | lr   | batch | generator width | embedding | linear groups |
+|---------------|------|-------|-----------------|-----------|---------------|
+| small         | 3e-4 | 128   | 1/4             | 128       | 1             |
+| medium-small  | 5e-4 | 128   | 1/4             | 128       | 2             |
+| base          | 2e-4 | 256   | 1/3             | 768       | 1             |
+| tiny (demo)   | 1e-3 | 32    | 1/2             | 64        | 1             |
+
+All sizes: warm-up 10k steps, 1M steps, max_seq_length 128, mask_prob 0.15, disc_weight 50,
+keep_checkpoint_max 5, save_checkpoints_steps 10000. `tiny` is not a paper size: it is the
+no-flags demo / test model (2 layers, hidden 128) with a short schedule.
+
+An unknown key is an error that lists the valid keys (as the official `update()` does).
+"""
+import dataclasses
+import json
+import os
+from typing import Optional
+
+OFFICIAL_SIZES = ("small", "medium-small", "base")
+MODEL_SIZES = OFFICIAL_SIZES + ("tiny",)
+PRECISIONS = ("fp32", "bf16", "mixed_float16")
+DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
+
+# ConvBertConfig fields of the tiny demo model (sizes of the official ones come from model/).
+TINY_MODEL = dict(hidden_size=128, embedding_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=256, num_groups=1)
+
+
+class HParamsError(ValueError):
+    """A bad pre-training configuration; the message is one line."""
+
+
+@dataclasses.dataclass
+class PretrainingHParams:
+    # ---- model
+    model_name: str = "convbert_demo"
+    model_size: str = "medium-small"
+    vocab_size: Optional[int] = None  # None: the size of the vocab file (30522 without one)
+    embedding_size: Optional[int] = None  # None: per size
+    conv_kernel_size: int = 9
+    head_ratio: int = 2
+    linear_groups: Optional[int] = None  # None: per size (medium-small 2, else 1)
+    conv_type: str = "sdconv"
+    max_position_embeddings: int = 512
+    model_hparam_overrides: dict = dataclasses.field(default_factory=dict)  # ConvBertConfig fields
+    do_lower_case: bool = True
+    # ---- objective (ELECTRA replaced-token detection)
+    electra_objective: bool = True
+    gen_weight: float = 1.0
+    disc_weight: float = 50.0
+    mask_prob: float = 0.15
+    max_predictions_per_seq: Optional[int] = None  # None: int((mask_prob + 0.005) * max_seq_length)
+    temperature: float = 1.0
+    disallow_correct: bool = False
+    generator_hidden_size: Optional[float] = None  # None: per size (1/4, base 1/3)
+    generator_layers: float = 1.0
+    # ---- optimisation
+    learning_rate: Optional[float] = None  # None: per size
+    lr_decay_power: float = 1.0
+    weight_decay_rate: float = 0.01
+    num_warmup_steps: int = 10000
+    num_train_steps: int = 1000000
+    train_batch_size: Optional[int] = None  # None: per size; the GLOBAL batch
+    max_seq_length: int = 128
+    clip_norm: float = 1.0
+    # ---- run
+    seed: int = 0
+    deterministic: bool = False
+    precision: str = "fp32"
+    jit_compile: Optional[bool] = None  # None: on where it helps (GPU/TPU), off on CPU
+    save_checkpoints_steps: int = 10000
+    keep_checkpoint_max: int = 5
+    log_every_n_steps: int = 100
+    shuffle_buffer: int = 10000
+    export_on_save: bool = True
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self, path=None):
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        if path is not None:
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        return text
+
+
+VALID_KEYS = tuple(f.name for f in dataclasses.fields(PretrainingHParams))
+
+# Per-size values: paper Table 5 / official configure_pretraining.py.
+SIZE_DEFAULTS = {
+    "small": dict(learning_rate=3e-4, train_batch_size=128, generator_hidden_size=0.25,
+                  embedding_size=128, linear_groups=1),
+    "medium-small": dict(learning_rate=5e-4, train_batch_size=128, generator_hidden_size=0.25,
+                         embedding_size=128, linear_groups=2),
+    "base": dict(learning_rate=2e-4, train_batch_size=256, generator_hidden_size=1.0 / 3,
+                 embedding_size=768, linear_groups=1),
+    "tiny": dict(learning_rate=1e-3, train_batch_size=32, generator_hidden_size=0.5,
+                 embedding_size=64, linear_groups=1, num_warmup_steps=10, num_train_steps=100,
+                 save_checkpoints_steps=50, log_every_n_steps=10, shuffle_buffer=1000),
+}
+
+
+def normalize_size(size):
+    key = str(size).strip().lower().replace("_", "-")
+    if key not in MODEL_SIZES:
+        raise HParamsError(f"unknown model_size {size!r}; choose one of {', '.join(MODEL_SIZES)}")
+    return key
+
+
+def parse_overrides(text):
+    """`--hparams`: a JSON object string or the path of a .json file holding one -> dict."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return {}
+    if isinstance(text, dict):
+        return dict(text)
+    where = "--hparams"
+    if not text.lstrip().startswith("{"):
+        if not os.path.exists(text):
+            raise HParamsError(f"--hparams {text!r} is neither a JSON object nor an existing "
+                               ".json file")
+        where = text
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HParamsError(f"{where}: invalid JSON at line {e.lineno} column {e.colno}: "
+                           f"{e.msg}") from None
+    if not isinstance(value, dict):
+        raise HParamsError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _check_types(hp):
+    def need(cond, msg):
+        if not cond:
+            raise HParamsError(msg)
+
+    def positive_int(name):
+        v = getattr(hp, name)
+        need(isinstance(v, int) and not isinstance(v, bool) and v > 0,
+             f"{name} must be a positive integer, got {v!r}")
+
+    for name in ("num_train_steps", "train_batch_size", "max_seq_length", "save_checkpoints_steps",
+                 "keep_checkpoint_max", "log_every_n_steps", "max_position_embeddings",
+                 "conv_kernel_size", "head_ratio", "linear_groups", "shuffle_buffer"):
+        positive_int(name)
+    need(isinstance(hp.num_warmup_steps, int) and hp.num_warmup_steps >= 0,
+         f"num_warmup_steps must be an integer >= 0, got {hp.num_warmup_steps!r}")
+    need(isinstance(hp.learning_rate, (int, float)) and hp.learning_rate > 0,
+         f"learning_rate must be > 0, got {hp.learning_rate!r}")
+    need(0.0 < hp.mask_prob < 1.0, f"mask_prob must be in (0, 1), got {hp.mask_prob!r}")
+    need(hp.precision in PRECISIONS,
+         f"unknown precision {hp.precision!r}; choose one of {', '.join(PRECISIONS)}")
+    need(hp.generator_hidden_size is None or hp.generator_hidden_size > 0,
+         f"generator_hidden_size must be > 0, got {hp.generator_hidden_size!r}")
+    need(isinstance(hp.model_hparam_overrides, dict),
+         "model_hparam_overrides must be a JSON object of ConvBertConfig fields")
+    need(hp.vocab_size is None or (isinstance(hp.vocab_size, int) and hp.vocab_size > 0),
+         f"vocab_size must be a positive integer, got {hp.vocab_size!r}")
+    for name in ("deterministic", "electra_objective", "disallow_correct", "do_lower_case",
+                 "export_on_save"):
+        need(isinstance(getattr(hp, name), bool), f"{name} must be true or false, "
+             f"got {getattr(hp, name)!r}")
+
+
+def make_hparams(model_size=None, overrides=None, flag_overrides=None):
+    """Common defaults <- size defaults <- `overrides` (--hparams) <- `flag_overrides` (flags).
+
+    `model_size` may also come from either override dict (flags win). Raises HParamsError.
+    """
+    merged = {}
+    for source in (overrides or {}, flag_overrides or {}):
+        unknown = sorted(set(source) - set(VALID_KEYS))
+        if unknown:
+            raise HParamsError(f"unknown hparam(s) {', '.join(map(repr, unknown))}; valid keys: "
+                               f"{', '.join(sorted(VALID_KEYS))}")
+        merged.update({k: v for k, v in source.items() if v is not None or k == "vocab_size"})
+    size = normalize_size(merged.pop("model_size", None) or model_size or "medium-small")
+    values = {**SIZE_DEFAULTS[size], **merged, "model_size": size}
+    if "max_predictions_per_seq" not in merged or merged["max_predictions_per_seq"] is None:
+        values["max_predictions_per_seq"] = int((values.get("mask_prob", 0.15) + 0.005)
+                                                * values.get("max_seq_length", 128))
+    if size == "tiny" and "model_name" not in merged:
+        values["model_name"] = "convbert_demo"
+    elif "model_name" not in merged:
+        values["model_name"] = f"convbert_{size.replace('-', '_')}"
+    try:
+        hp = PretrainingHParams(**values)
+    except TypeError as e:  # pragma: no cover - keys are checked above
+        raise HParamsError(str(e)) from None
+    # JSON gives floats for ints written as 1e6; accept integral floats for integer fields.
+    for name in ("num_train_steps", "num_warmup_steps", "train_batch_size",
+                 "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
+                 "max_seq_length", "max_predictions_per_seq", "seed"):
+        v = getattr(hp, name)
+        if isinstance(v, float) and v.is_integer():
+            setattr(hp, name, int(v))
+    _check_types(hp)
+    return hp
+
+
+def model_config(hp, vocab_size):
+    """The discriminator's ConvBertConfig for `hp` (vocab_size from the vocab file)."""
+    from model import ConfigError, ConvBertConfig
+    fields = dict(vocab_size=vocab_size, conv_kernel_size=hp.conv_kernel_size,
+                  head_ratio=hp.head_ratio, conv_type=hp.conv_type,
+                  max_position_embeddings=hp.max_position_embeddings)
+    if hp.embedding_size is not None:
+        fields["embedding_size"] = hp.embedding_size
+    if hp.linear_groups is not None:
+        fields["num_groups"] = hp.linear_groups
+    fields.update(hp.model_hparam_overrides)
+    try:
+        if hp.model_size == "tiny":
+            return ConvBertConfig(**{**TINY_MODEL, **fields})
+        return ConvBertConfig.from_size(hp.model_size, **fields)
+    except (ConfigError, TypeError) as e:
+        raise HParamsError(f"model configuration: {e}") from None

@@ -1,0 +1,234 @@
+"""Pre-train ConvBERT with ELECTRA's replaced-token detection (generator + discriminator).
+
+With no flags at all: a tiny model on the embedded corpus (Python's own documentation), a couple
+of minutes on a laptop CPU, written to ./runs/demo:
+
+    python run_pretraining.py
+
+The paper's models (see scripts/pretrain_*.sh and docs/PRETRAINING.md):
+
+    python run_pretraining.py --model_size=small --data_dir=$DATA_DIR \
+        --hparams='{"num_train_steps": 1000000}'
+
+`--data_dir` follows ELECTRA: TFRecords in $DATA_DIR/pretrain_tfrecords, vocab in
+$DATA_DIR/vocab.txt, model in $DATA_DIR/models/<model_name>. Rerunning the same command resumes
+from the last checkpoint in --model_dir. Any key of pretrain/hparams.py can be set with
+--hparams (a JSON string or a .json file); explicit flags win over --hparams.
+
+Bad input (unknown hparam or size, no or malformed TFRecords, a vocab that does not match the
+model, ...) prints one line `error: ...` and exits with status 1, writing nothing.
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter quiet
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_size", None, "small | medium-small | base | tiny (default: tiny for "
+                    "the built-in demo corpus, else medium-small).")
+flags.DEFINE_string("model_name", None, "Name of the run (default convbert_<size>).")
+flags.DEFINE_string("data_dir", None, "ELECTRA-style data directory: pretrain_tfrecords/, "
+                    "vocab.txt, models/<model_name>.")
+flags.DEFINE_string("pretrain_tfrecords", None, "Glob (or comma-separated globs) of TFRecord "
+                    "shards; default <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*.")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default <data_dir>/vocab.txt).")
+flags.DEFINE_string("model_dir", None, "Checkpoints, exports, TensorBoard logs (default "
+                    "<data_dir>/models/<model_name>, or ./runs/demo for the demo).")
+flags.DEFINE_string("hparams", None, "JSON object (string or .json file) overriding any key "
+                    "of pretrain/hparams.py.")
+flags.DEFINE_integer("num_train_steps", None, "Total optimizer steps.")
+flags.DEFINE_integer("train_batch_size", None, "Global batch size (split over replicas).")
+flags.DEFINE_float("learning_rate", None, "Peak learning rate.")
+flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint (and export) every N steps.")
+flags.DEFINE_integer("keep_checkpoint_max", None, "Keep the last N checkpoints.")
+flags.DEFINE_integer("seed", None, "Seed for weights, masking, sampling and data order.")
+flags.DEFINE_string("precision", None, "fp32 | bf16 | mixed_float16 (dynamic loss scaling).")
+flags.DEFINE_string("distribution", "one_device", "one_device | mirrored | multi_worker | tpu.")
+flags.DEFINE_string("tpu", None, "TPU name, grpc:// address or 'local' (--distribution=tpu).")
+flags.DEFINE_integer("num_cpu_devices", 0, "With --distribution=mirrored and no GPU: split the "
+                     "CPU into this many logical devices (for testing).")
+flags.DEFINE_integer("max_seq_length", None, "Tokens per example; larger than the trained "
+                     "length on resume starts a continuation phase (position embeddings copied).")
+flags.DEFINE_integer("log_every_n_steps", None, "Log line + TensorBoard scalars every N steps.")
+flags.DEFINE_boolean("deterministic", None, "Op determinism + fixed seeds: reruns and resumed "
+                     "runs are bit-identical on CPU (slower).")
+flags.DEFINE_boolean("jit_compile", None, "XLA-compile the train step (default: on GPU only).")
+
+DEMO_MODEL_DIR = os.path.join("runs", "demo")
+_FLAG_KEYS = ("model_size", "model_name", "num_train_steps", "train_batch_size", "learning_rate",
+              "save_checkpoints_steps", "keep_checkpoint_max", "seed", "precision",
+              "max_seq_length", "log_every_n_steps", "deterministic", "jit_compile")
+
+
+class UsageError(ValueError):
+    """Bad flags; one line."""
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def _read_vocab(path):
+    """-> (number of tokens, {cls_id, sep_id, mask_id}) of a WordPiece vocab file."""
+    import tensorflow as tf
+    if not tf.io.gfile.exists(path):
+        raise UsageError(f"--vocab_file {path} does not exist")
+    with tf.io.gfile.GFile(path) as f:
+        tokens = [line.strip() for line in f if line.strip()]
+    index = {t: i for i, t in enumerate(tokens)}
+    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in index]
+    if missing:
+        raise UsageError(f"{path} lacks the special token(s) {', '.join(missing)}")
+    return len(tokens), {"cls_id": index["[CLS]"], "sep_id": index["[SEP]"],
+                         "mask_id": index["[MASK]"]}
+
+
+def _check_token_ids(files, vocab_size, max_records=256):
+    """The largest token id in the first records must fit the model's vocabulary."""
+    import tensorflow as tf
+    from data.errors import DataError
+    largest = -1
+    for record in tf.data.TFRecordDataset(files[0]).take(max_records):
+        example = tf.train.Example.FromString(record.numpy())
+        ids = example.features.feature["input_ids"].int64_list.value
+        if ids:
+            largest = max(largest, max(ids))
+    if largest >= vocab_size:
+        raise DataError(f"{files[0]} holds token id {largest} but the model's vocab_size is "
+                        f"{vocab_size}: the TFRecords were built with another vocabulary "
+                        "(pass the matching --vocab_file or set vocab_size)")
+
+
+def _default_data(max_seq_length):
+    """Shards of the embedded corpus (built once, cached) and its vocab."""
+    import shutil
+    import tempfile
+    from data import default_corpus
+    target = os.path.join(default_corpus.cache_dir(), f"default_pretrain_data-{max_seq_length}")
+    pattern = os.path.join(target, "pretrain_data.tfrecord*")
+    import glob
+    if not [f for f in glob.glob(pattern) if not f.endswith(".incomplete")]:
+        log(f"building the demo pre-training data (Python's documentation) in {target} ...")
+        staging = tempfile.mkdtemp(prefix=".default_pretrain_data-",
+                                   dir=default_corpus.cache_dir())
+        default_corpus.build_default_pretraining_data(staging, max_seq_length=max_seq_length)
+        try:
+            os.rename(staging, target)
+        except OSError:  # built concurrently by another process
+            shutil.rmtree(staging, ignore_errors=True)
+    return pattern, default_corpus.default_vocab_file()
+
+
+def resolve(flag_values):
+    """Flags -> (hparams, model_dir, shard files, special token ids). Raises one-line errors."""
+    from data.errors import DataError
+    from data.pretraining_input import check_shard, find_shards
+    from pretrain.hparams import make_hparams, parse_overrides
+
+    overrides = parse_overrides(flag_values.hparams)
+    from_flags = {k: getattr(flag_values, k) for k in _FLAG_KEYS
+                  if getattr(flag_values, k) is not None}
+    demo = not (flag_values.data_dir or flag_values.pretrain_tfrecords)
+    size = None
+    if demo and not ("model_size" in from_flags or "model_size" in overrides):
+        size = "tiny"
+    hp = make_hparams(size, overrides, from_flags)
+    positions = hp.model_hparam_overrides.get("max_position_embeddings",
+                                              hp.max_position_embeddings)
+    if hp.max_seq_length > positions:
+        raise UsageError(f"--max_seq_length {hp.max_seq_length} is beyond the model's {positions} "
+                         "position embeddings (max_position_embeddings)")
+
+    vocab_file = flag_values.vocab_file
+    if demo:
+        pattern, default_vocab = _default_data(hp.max_seq_length)
+        vocab_file = vocab_file or default_vocab
+    elif flag_values.pretrain_tfrecords:
+        pattern = flag_values.pretrain_tfrecords
+    else:
+        if not os.path.isdir(flag_values.data_dir):
+            raise UsageError(f"--data_dir {flag_values.data_dir} is not a directory")
+        pattern = os.path.join(flag_values.data_dir, "pretrain_tfrecords",
+                               "pretrain_data.tfrecord*")
+    if vocab_file is None and flag_values.data_dir:
+        candidate = os.path.join(flag_values.data_dir, "vocab.txt")
+        vocab_file = candidate if os.path.exists(candidate) else None
+
+    files = find_shards(pattern)
+    for path in files:
+        check_shard(path, hp.max_seq_length)
+
+    special_ids = {}
+    if vocab_file is not None:
+        file_size, special_ids = _read_vocab(vocab_file)
+        if hp.vocab_size is not None and hp.vocab_size != file_size:
+            raise DataError(f"{vocab_file} has {file_size} tokens but the model config has "
+                            f"vocab_size {hp.vocab_size}")
+        hp.vocab_size = file_size
+    elif hp.vocab_size is None:
+        hp.vocab_size = 30522  # BERT uncased, the official vocabulary
+    _check_token_ids(files, hp.vocab_size)
+
+    model_dir = flag_values.model_dir
+    if model_dir is None:
+        if demo:
+            model_dir = DEMO_MODEL_DIR
+        elif flag_values.data_dir:
+            model_dir = os.path.join(flag_values.data_dir, "models", hp.model_name)
+        else:
+            model_dir = os.path.join("runs", hp.model_name)
+    return hp, model_dir, files, special_ids
+
+
+def _one_line(e):
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {' '.join(argv[1:])} (flags are --name=value)",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.WARNING)  # TF's per-save INFO lines
+    from data.errors import DataError
+    from model.config import ConfigError
+    from pretrain.distribution import DistributionError, make_strategy
+    from pretrain.hparams import HParamsError
+    from pretrain.trainer import Trainer, TrainingError
+
+    user_errors = (HParamsError, DataError, DistributionError, TrainingError, ConfigError,
+                   UsageError)
+    try:
+        import tensorflow as tf
+        # The strategy first: logical devices and the worker cluster are fixed at TF start-up.
+        strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices)
+        hp, model_dir, files, special_ids = resolve(FLAGS)
+        if hp.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        trainer = Trainer(hp, model_dir, files, strategy, hp.vocab_size, log=log,
+                          special_ids=special_ids)
+        summary = trainer.train()
+    except user_errors as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    final = summary.get("final") or {}
+    first = summary.get("first") or {}
+    if final:
+        log(f"done: step {summary['global_step']} in {summary['wall_seconds']:.0f}s | loss "
+            f"{first.get('loss', float('nan')):.3f} -> {final['loss']:.3f} | gen "
+            f"{first.get('gen_loss', float('nan')):.3f} -> {final['gen_loss']:.3f} | disc "
+            f"{first.get('disc_loss', float('nan')):.4f} -> {final['disc_loss']:.4f} | "
+            f"disc AUC {final['disc_auc']:.3f} | {summary['sequences_per_second']:.1f} seq/s")
+    else:
+        log(f"done: nothing to train (step {summary['global_step']} already reached)")
+    log(f"model: {summary['discriminator']} (ConvBertModel.from_pretrained("
+        f"{summary['model_dir']!r})); summary: {os.path.join(summary['model_dir'], 'pretraining_summary.json')}")
+
+
+if __name__ == "__main__":
+    app.run(main)

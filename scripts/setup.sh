@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Create .venv (once) and install the toolkit into it, editable.
+#   bash scripts/setup.sh         # the toolkit: TensorFlow 2.21, tensorflow-text, Keras 3, ...
+#   bash scripts/setup.sh test    # plus pytest, torch 2.13 (CPU), transformers and JAX for the tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  "${PYTHON:-python3}" -m venv .venv
+fi
+spec="."
+[ -n "${1:-}" ] && spec=".[$1]"
+# torch is pinned in the `test` extra; the constraint keeps transformers from pulling another build.
+.venv/bin/pip install -q -e "$spec" -c <(echo "torch==2.13.0")

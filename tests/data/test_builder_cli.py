@@ -1,0 +1,120 @@
+"""The command line on bad input: one-line error naming the file, exit status 1, no shards.
+
+All CLI runs start together (TensorFlow's import dominates each run), then each test checks one.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, shared_path
+
+GOOD_TEXT = "The first sentence is here.\nAnd a second one follows it.\n\nA new document.\n"
+
+
+def _corpus(root, name, files):
+    directory = root / name
+    directory.mkdir()
+    for file_name, content in files.items():
+        (directory / file_name).write_bytes(content)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> (returncode, stdout, stderr, output_dir) for every CLI case, run concurrently."""
+    root = tmp_path_factory.mktemp("cli")
+    vocab = str(shared_path("data", "vocab", "bert-uncased-vocab.txt"))
+    bad_vocab = root / "bad_vocab.txt"
+    bad_vocab.write_text("[PAD]\n[UNK]\nhello\n")
+    good = _corpus(root, "good", {"a.txt": GOOD_TEXT.encode()})
+    bad_utf8 = _corpus(root, "bad_utf8", {"a.txt": GOOD_TEXT.encode(),
+                                          "b.txt": b"caf\xc3\xa9 ok\nthen \xff bad\n"})
+    binary = _corpus(root, "binary", {"a.txt": GOOD_TEXT.encode(),
+                                      "z.bin": b"PK\x03\x04\x00\x00data"})
+    cases = {
+        "empty_dir": ([f"--corpus_dir={_corpus(root, 'empty', {})}"], vocab),
+        "binary": ([f"--corpus_dir={binary}"], vocab),
+        "bad_utf8": ([f"--corpus_dir={bad_utf8}"], vocab),
+        "skip_bad": ([f"--corpus_dir={bad_utf8}", "--skip_bad_files"], vocab),
+        "missing_vocab": ([f"--corpus_dir={good}"], str(root / "no_such_vocab.txt")),
+        "bad_vocab": ([f"--corpus_dir={good}"], str(bad_vocab)),
+        "short_seq": ([f"--corpus_dir={good}", "--max_seq_length=7"], vocab),
+        "no_blank_docs": ([f"--corpus_dir={good}", "--blanks_separate_docs=false"], vocab),
+    }
+    processes = {}
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    for name, (args, vocab_file) in cases.items():
+        output_dir = root / f"out_{name}"
+        command = [sys.executable, str(REPO_ROOT / "build_pretraining_dataset.py"),
+                   f"--vocab_file={vocab_file}", f"--output_dir={output_dir}", "--num_shards=2",
+                   *args]
+        processes[name] = (subprocess.Popen(command, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, env=env),
+                           output_dir)
+    results = {}
+    for name, (process, output_dir) in processes.items():
+        stdout, stderr = process.communicate(timeout=300)
+        results[name] = (process.returncode, stdout, stderr, output_dir)
+    return results
+
+
+def _assert_failed_cleanly(result, *fragments):
+    returncode, _, stderr, output_dir = result
+    assert returncode == 1, stderr
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("error: "), stderr
+    assert sum(line.startswith("error") for line in lines) == 1
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in lines[-1], lines[-1]
+    leftovers = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    assert not [f for f in leftovers if f.startswith("pretrain_data")], leftovers
+    return lines[-1]
+
+
+def test_empty_corpus_directory(runs):
+    _assert_failed_cleanly(runs["empty_dir"], "empty", "contains no files")
+
+
+def test_binary_file_named_and_no_partial_shards(runs):
+    _assert_failed_cleanly(runs["binary"], "z.bin", "binary data", "byte offset 4")
+
+
+def test_invalid_utf8_names_file_and_byte_offset(runs):
+    # b"caf\xc3\xa9 ok\nthen \xff": the bad byte is at offset 14.
+    _assert_failed_cleanly(runs["bad_utf8"], "b.txt", "invalid UTF-8", "byte offset 14")
+
+
+def test_skip_bad_files_counts_and_warns(runs):
+    returncode, stdout, stderr, output_dir = runs["skip_bad"]
+    assert returncode == 0, stderr
+    assert "warning: skipping corpus file" in stderr and "b.txt" in stderr
+    summary = json.loads((output_dir / "pretrain_data.summary.json").read_text())
+    assert len(summary["skipped_files"]) == 1 and "b.txt" in summary["skipped_files"][0]
+    assert summary["files_read"] == 1 and summary["examples"] == 2
+    assert "1 files skipped" in stdout
+
+
+def test_missing_vocab(runs):
+    _assert_failed_cleanly(runs["missing_vocab"], "no_such_vocab.txt", "not found")
+
+
+def test_malformed_vocab(runs):
+    _assert_failed_cleanly(runs["bad_vocab"], "bad_vocab.txt", "[CLS]")
+
+
+def test_max_seq_length_too_small(runs):
+    _assert_failed_cleanly(runs["short_seq"], "--max_seq_length", "at least 8")
+
+
+def test_boolean_flag_false_means_false(runs):
+    returncode, stdout, stderr, output_dir = runs["no_blank_docs"]
+    assert returncode == 0, stderr
+    summary = json.loads((output_dir / "pretrain_data.summary.json").read_text())
+    assert summary["config"]["blanks_separate_docs"] is False
+    # Without blank-line boundaries the single file is one document.
+    assert summary["documents"] == 1
+    assert "ETA" in stderr  # the progress line goes to stderr

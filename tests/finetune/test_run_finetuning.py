@@ -1,0 +1,337 @@
+"""run_finetuning.py end to end on the real GLUE data (../shared/data/glue) with a tiny model.
+
+Every run uses a 2-layer, 32-wide ConvBERT (via --hparams model_hparam_overrides), sequences of
+32 tokens and a few steps, so the whole file takes well under two minutes on 2 CPU cores.
+"""
+import csv
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT, shared_path
+
+TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "intermediate_size": 64, "num_groups": 1}
+TINY_HPARAMS = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8,
+                "eval_batch_size": 64, "max_train_examples": 64, "max_eval_examples": 96,
+                "log_every_steps": 1}
+TIMEOUT = 600
+
+
+def run_cli(args, check=True):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "run_finetuning.py"), *map(str, args)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"run_finetuning failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
+                             f"\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def base_args(model_dir, glue_dir, vocab, hparams=None, **extra):
+    args = ["--data_dir", glue_dir, "--vocab_file", vocab, "--model_dir", model_dir,
+            "--hparams", json.dumps(hparams or TINY_HPARAMS), "--max_seq_length", 32,
+            "--max_train_steps", 3]
+    for key, value in extra.items():
+        args += [f"--{key}", value]
+    return args
+
+
+def read_dev_tsv(path):
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    assert rows[0] == ["index", "prediction", "label"]
+    return rows[1:]
+
+
+def check_metrics_match_tsv(results, task, suffix=""):
+    """The metrics JSON equals the metrics recomputed from the predictions TSV."""
+    from finetune.glue.metrics import compute_metrics
+    from finetune.glue.tasks import get_task
+    rows = read_dev_tsv(results / f"{task}_dev_predictions{suffix}.tsv")
+    record = json.loads((results / f"{task}_dev_metrics{suffix}.json").read_text())
+    assert record["num_examples"] == len(rows) > 0
+    spec = get_task(task)
+    if spec.is_regression:
+        preds = np.array([float(r[1]) for r in rows])
+        labels = np.array([float(r[2]) for r in rows])
+        tol = 0.05  # the TSV keeps 6 decimals of near-constant random-model scores
+    else:
+        preds = np.array([r[1] for r in rows])
+        labels = np.array([r[2] for r in rows])
+        assert set(preds) <= set(spec.label_list) and set(labels) <= set(spec.label_list)
+        tol = 1e-9
+    recomputed = compute_metrics(task, preds, labels)
+    assert set(recomputed) == set(record["metrics"])
+    for name, value in recomputed.items():
+        assert abs(value - record["metrics"][name]) <= tol, (task, name)
+    return rows, record
+
+
+@pytest.fixture(scope="module")
+def glue_dir():
+    return shared_path("data", "glue")
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return shared_path("data", "vocab", "bert-uncased-vocab.txt")
+
+
+# ------------------------------------------------------------------------ random init + predict
+@pytest.fixture(scope="module")
+def random_run(tmp_path_factory, glue_dir, vocab):
+    model_dir = tmp_path_factory.mktemp("ft_random")
+    proc = run_cli(base_args(model_dir, glue_dir, vocab, task_names="sst,cola,sts,rte")
+                   + ["--do_predict"])
+    return model_dir, proc
+
+
+def test_random_weights_are_warned(random_run):
+    _, proc = random_run
+    assert "WARNING: no --init_checkpoint" in proc.stderr
+    assert "RANDOM weights" in proc.stderr
+
+
+@pytest.mark.parametrize("task", ["sst", "cola", "sts", "rte"])
+def test_dev_files_consistent(random_run, glue_dir, task):
+    from finetune.glue.readers import read_examples
+    model_dir, _ = random_run
+    results = model_dir / "results"
+    rows, record = check_metrics_match_tsv(results, task)
+    # The TSV's index column holds the dev file's ids, in order (first max_eval_examples).
+    dev_ids = [e.guid for e in read_examples(glue_dir, task, "dev")][:len(rows)]
+    assert [r[0] for r in rows] == dev_ids
+    assert record["trial"] is None
+    assert (model_dir / "tensorboard" / task).is_dir()
+    assert any(p.name.startswith("events.out.tfevents") for p in (model_dir / "tensorboard"
+                                                                 / task).iterdir())
+
+
+def test_progress_lines_and_table(random_run):
+    _, proc = random_run
+    assert "sst: step 3/3 (100.0%) loss" in proc.stdout
+    assert "ETA" in proc.stdout
+    # Several GLUE tasks: the paper-style dev table is printed at the end.
+    assert "CoLA" in proc.stdout and "Avg" in proc.stdout
+
+
+def test_leaderboard_files_validated(random_run, glue_dir):
+    from finetune.glue.leaderboard import validate_submission
+    from finetune.glue.readers import read_examples
+    model_dir, _ = random_run
+    board = model_dir / "results" / "leaderboard"
+    rows = validate_submission(board, glue_dir, require_all=False)
+    assert set(rows) == {"SST-2.tsv", "CoLA.tsv", "STS-B.tsv", "RTE.tsv"}
+    for name, task in (("SST-2.tsv", "sst"), ("CoLA.tsv", "cola"), ("STS-B.tsv", "sts"),
+                       ("RTE.tsv", "rte")):
+        test_ids = [e.guid for e in read_examples(glue_dir, task, "test")]
+        lines = (board / name).read_text().splitlines()
+        assert lines[0] == "index\tprediction"
+        assert [line.split("\t")[0] for line in lines[1:]] == test_ids
+    with zipfile.ZipFile(board / "glue_submission.zip") as zf:
+        assert sorted(zf.namelist()) == sorted(rows)
+    # The zip validates too (the server reads the zip).
+    assert validate_submission(board / "glue_submission.zip", glue_dir, require_all=False)
+
+
+def test_print_glue_table(random_run):
+    model_dir, _ = random_run
+    proc = run_cli(["--print_glue_table", "--model_dir", model_dir])
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].split()[:2] == ["CoLA", "SST"]
+    cola = json.loads((model_dir / "results" / "cola_dev_metrics.json").read_text())
+    assert lines[-1].split()[0] == f"{cola['metrics']['mcc']:.1f}"
+
+
+# ------------------------------------------------------------------------ checkpoints
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A tiny random ConvBERT saved as a Hugging Face dir and as a pre-training model_dir
+    (native export under discriminator/, with the trained max_seq_length recorded)."""
+    import keras
+    from model import ConvBertConfig, ConvBertModel
+    keras.utils.set_random_seed(7)
+    config = ConvBertConfig.from_size("small", **TINY_MODEL)
+    model = ConvBertModel(config)
+    root = tmp_path_factory.mktemp("ckpts")
+    hf_dir = root / "hf"
+    model.save_pretrained(hf_dir, format="hf")
+    pretrain_dir = root / "pretrain_model_dir"
+    model.save_pretrained(pretrain_dir / "discriminator")
+    (pretrain_dir / "pretrain_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    weights = {name: np.asarray(v) for name, v in model.weight_map().items()}
+    return {"hf": hf_dir, "pretrain": pretrain_dir, "weights": weights}
+
+
+@pytest.mark.parametrize("kind", ["hf", "pretrain"])
+def test_encoder_source_loads_checkpoint_weights(checkpoints, kind):
+    import run_finetuning
+    from finetune.hparams import FinetuneHParams
+    source = run_finetuning.EncoderSource(str(checkpoints[kind]), FinetuneHParams())
+    assert source.format == ("hf" if kind == "hf" else "keras")
+    encoder = source.build()
+    for name, variable in encoder.weight_map().items():
+        np.testing.assert_allclose(np.asarray(variable), checkpoints["weights"][name],
+                                   rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_trained_length_recorded_in_pretraining_dir(checkpoints):
+    import run_finetuning
+    from finetune.hparams import FinetuneHParams
+    source = run_finetuning.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
+    trained, where = source.trained_max_seq_length()
+    assert trained == 32 and where.endswith("pretrain_config.json")
+
+
+def test_finetune_from_hf_checkpoint(tmp_path, checkpoints, glue_dir, vocab):
+    hparams = {k: v for k, v in TINY_HPARAMS.items() if k != "model_hparam_overrides"}
+    proc = run_cli(base_args(tmp_path, glue_dir, vocab, hparams, task_names="mrpc",
+                             init_checkpoint=checkpoints["hf"]))
+    assert "encoder: hf checkpoint" in proc.stdout
+    assert "RANDOM" not in proc.stderr
+    assert "mrpc: 128 training examples (both sentence orders)" in proc.stdout
+    check_metrics_match_tsv(tmp_path / "results", "mrpc")
+
+
+def test_finetune_from_pretraining_dir_with_trials(tmp_path, checkpoints, glue_dir, vocab):
+    hparams = {k: v for k, v in TINY_HPARAMS.items() if k != "model_hparam_overrides"}
+    args = base_args(tmp_path, glue_dir, vocab, hparams, task_names="rte",
+                     init_checkpoint=checkpoints["pretrain"], num_trials=2)
+    args[args.index("--max_seq_length") + 1] = 48  # longer than the recorded pre-training 32
+    proc = run_cli(args)
+    assert "encoder: keras checkpoint" in proc.stdout
+    assert "never trained" in proc.stderr and "pretrain_config.json" in proc.stderr
+    results = tmp_path / "results"
+    trial_metrics = []
+    for trial in (1, 2):
+        _, record = check_metrics_match_tsv(results, "rte", f"_trial{trial}")
+        assert record["trial"] == trial
+        trial_metrics.append(record["metrics"]["accuracy"])
+    assert not (results / "rte_dev_metrics.json").exists()
+    summary = json.loads((results / "rte_dev_summary.json").read_text())["summary"]["accuracy"]
+    assert summary["n"] == 2
+    assert summary["median"] == pytest.approx(float(np.median(trial_metrics)))
+    assert summary["mean"] == pytest.approx(float(np.mean(trial_metrics)))
+    assert summary["std"] == pytest.approx(float(np.std(trial_metrics, ddof=1)))
+    assert "median of 2" in proc.stdout
+
+
+# ------------------------------------------------------------------------ bad input
+def _copy_task(glue_dir, tmp_path, task_dir):
+    dst = tmp_path / "glue"
+    shutil.copytree(glue_dir / task_dir, dst / task_dir)
+    for p in (dst / task_dir).iterdir():
+        p.chmod(0o644)
+    return dst
+
+
+def _edit_line(path, line_no, edit):
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines[line_no - 1] = edit(lines[line_no - 1])
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _assert_one_line_error(proc, *needles):
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ERROR: "), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert str(needle) in last, (needle, last)
+
+
+def test_error_missing_task_directory(tmp_path, vocab):
+    (tmp_path / "glue").mkdir()
+    proc = run_cli(["--data_dir", tmp_path / "glue", "--task_names", "cola", "--vocab_file",
+                    vocab, "--model_dir", tmp_path / "out"], check=False)
+    _assert_one_line_error(proc, tmp_path / "glue" / "CoLA")
+
+
+def test_error_wrong_column_count(tmp_path, glue_dir, vocab):
+    data = _copy_task(glue_dir, tmp_path, "RTE")
+    _edit_line(data / "RTE" / "train.tsv", 5, lambda line: line + "\textra")
+    proc = run_cli(["--data_dir", data, "--task_names", "rte", "--vocab_file", vocab,
+                    "--model_dir", tmp_path / "out"], check=False)
+    _assert_one_line_error(proc, f"{data / 'RTE' / 'train.tsv'}:5", "columns")
+
+
+def test_error_unknown_label(tmp_path, glue_dir, vocab):
+    data = _copy_task(glue_dir, tmp_path, "RTE")
+    _edit_line(data / "RTE" / "dev.tsv", 3,
+               lambda line: "\t".join(line.split("\t")[:-1] + ["maybe"]))
+    proc = run_cli(["--data_dir", data, "--task_names", "rte", "--vocab_file", vocab,
+                    "--model_dir", tmp_path / "out"], check=False)
+    _assert_one_line_error(proc, f"{data / 'RTE' / 'dev.tsv'}:3", "maybe")
+
+
+def test_error_unknown_task_name(tmp_path, glue_dir, vocab):
+    proc = run_cli(["--data_dir", glue_dir, "--task_names", "sst,nosuchtask", "--vocab_file",
+                    vocab, "--model_dir", tmp_path / "out"], check=False)
+    _assert_one_line_error(proc, "nosuchtask")
+
+
+def test_error_unknown_hparam(tmp_path, glue_dir, vocab):
+    proc = run_cli(["--data_dir", glue_dir, "--task_names", "sst", "--vocab_file", vocab,
+                    "--model_dir", tmp_path / "out", "--hparams", '{"learning_rat": 1e-4}'],
+                   check=False)
+    _assert_one_line_error(proc, "learning_rat")
+
+
+def test_error_bad_checkpoint(tmp_path, glue_dir, vocab):
+    proc = run_cli(["--data_dir", glue_dir, "--task_names", "sst", "--vocab_file", vocab,
+                    "--model_dir", tmp_path / "out", "--init_checkpoint", tmp_path / "nope"],
+                   check=False)
+    _assert_one_line_error(proc, tmp_path / "nope")
+
+
+# ------------------------------------------------------------------------ hparams (in process)
+def test_hparams_defaults_per_size_and_task():
+    from finetune.hparams import FinetuneHParams
+    hp = FinetuneHParams()
+    assert hp.for_task("cola").learning_rate == 3e-4
+    assert FinetuneHParams(model_size="medium-small").for_task("sst").learning_rate == 3e-4
+    assert FinetuneHParams(model_size="base").for_task("sst").learning_rate == 1e-4
+    assert hp.for_task("cola").num_train_epochs == 3
+    assert hp.for_task("rte").num_train_epochs == 10
+    assert hp.for_task("sts").num_train_epochs == 10
+    assert hp.for_task("squad").num_train_epochs == 2
+    assert hp.for_task("squad").max_seq_length == 512
+    assert hp.for_task("mrpc").max_seq_length == 128
+    assert (hp.layerwise_lr_decay, hp.weight_decay_rate, hp.warmup_proportion,
+            hp.train_batch_size) == (0.8, 0.01, 0.1, 32)
+
+
+def test_hparams_overrides(tmp_path):
+    from finetune.hparams import HParamsError, load_hparams
+    path = tmp_path / "hp.json"
+    path.write_text(json.dumps({"model_size": "base", "learning_rate": 2e-5, "num_trials": 3}))
+    hp = load_hparams(str(path), learning_rate=5e-5)   # explicit flags beat --hparams
+    assert (hp.model_size, hp.learning_rate, hp.num_trials) == ("base", 5e-5, 3)
+    with pytest.raises(HParamsError, match="unknown hparam"):
+        load_hparams('{"nope": 1}')
+    with pytest.raises(HParamsError, match="integer"):
+        load_hparams('{"train_batch_size": "big"}')
+    with pytest.raises(HParamsError, match="model_size"):
+        load_hparams('{"model_size": "huge"}')
+    with pytest.raises(HParamsError, match="invalid JSON"):
+        load_hparams('{"model_size": }')
+
+
+def test_glue_scripts_exist_and_use_paper_hparams():
+    scripts = REPO_ROOT / "scripts" / "glue"
+    for task in ("cola", "sst", "mrpc", "sts", "qqp", "mnli", "qnli", "rte", "wnli"):
+        text = (scripts / f"{task}.sh").read_text()
+        assert f"--task_names {task}" in text or f"--task_names={task}" in text
+        assert "run_finetuning.py" in text
+    assert "print_glue_table" in (scripts / "run_all.sh").read_text()
+    for name in ("squad_v1.sh", "squad_v2.sh"):
+        assert "run_finetuning.py" in (REPO_ROOT / "scripts" / name).read_text()
