@@ -30,6 +30,7 @@ flags.DEFINE_boolean("progress", True, "Print a progress line with ETA to stderr
 
 def main(argv):
     del argv
+    import tensorflow as tf
     from data.errors import DataError
     from data.openwebtext import build_openwebtext_pretraining_dataset
     from data.pretraining_builder import format_summary
@@ -43,8 +44,9 @@ def main(argv):
         progress=FLAGS.progress)
     try:
         summary = build_openwebtext_pretraining_dataset(FLAGS.data_dir, overrides, FLAGS.tmp_dir)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+    except (DataError, OSError, tf.errors.OpError) as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
     print(format_summary(summary), flush=True)
 

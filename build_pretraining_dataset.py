@@ -43,12 +43,14 @@ def build_config():
 
 def run(config):
     """Builds the shards; on bad input prints one line `error: ...` and exits with status 1."""
+    import tensorflow as tf
     from data.errors import DataError
     from data.pretraining_builder import build_pretraining_dataset, format_summary
     try:
         summary = build_pretraining_dataset(config)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
+    except (DataError, OSError, tf.errors.OpError) as e:  # e.g. an unwritable --output_dir
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
     print(format_summary(summary), flush=True)
     return summary

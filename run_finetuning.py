@@ -468,7 +468,10 @@ def run(argv=None):
     if data_dir and not os.path.isdir(data_dir):
         raise UsageError(f"{data_dir}: --data_dir not found")
 
-    vocab_file = find_vocab_file(FLAGS.vocab_file, FLAGS.init_checkpoint)
+    init = FLAGS.init_checkpoint
+    if init and not (os.path.exists(init) or os.path.exists(init + ".index")):
+        raise UsageError(f"{init}: --init_checkpoint not found")
+    vocab_file = find_vocab_file(FLAGS.vocab_file, init)
     # Read (and check) every input file before building anything.
     task_data = {}
     for task in tasks:

@@ -12,6 +12,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# libgomp threads spin-wait by default; on a shared, oversubscribed VM that makes PyTorch 5-10x
+# slower than on a quiet one. Passive waiting keeps the comparison about the frameworks.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from benchmarks import common  # noqa: E402
 

@@ -102,6 +102,7 @@ class _Progress:
         self.interval = interval
         self.start = time.time()
         self._last = 0.0
+        self._first = None  # (time, bytes) of the first report with progress: ETA ignores start-up
 
     def update(self, done_bytes, examples, force=False):
         now = time.time()
@@ -110,7 +111,14 @@ class _Progress:
         self._last = now
         elapsed = now - self.start
         fraction = min(1.0, done_bytes / self.total_bytes)
-        eta = f"{elapsed * (1 - fraction) / fraction:.0f}s" if fraction > 0 else "?"
+        if self._first is None and done_bytes > 0:
+            self._first = (now, done_bytes)
+        eta = "?"
+        if self._first is not None and done_bytes > self._first[1]:
+            rate = (done_bytes - self._first[1]) / max(now - self._first[0], 1e-9)
+            eta = f"{(self.total_bytes - done_bytes) / rate:.0f}s"
+        elif fraction >= 1.0:
+            eta = "0s"
         print(f"[build_pretraining_dataset] {done_bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB "
               f"({100 * fraction:.0f}%), {examples:,} examples, elapsed {elapsed:.0f}s, "
               f"ETA {eta}", file=sys.stderr, flush=True)

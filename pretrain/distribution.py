@@ -103,4 +103,11 @@ def make_strategy(name="one_device", tpu=None, num_cpu_devices=0):
 
 def describe(strategy):
     kind = type(strategy).__name__
+    for cls, name in ((tf.distribute.MultiWorkerMirroredStrategy, "MultiWorkerMirroredStrategy"),
+                      (tf.distribute.TPUStrategy, "TPUStrategy"),
+                      (tf.distribute.MirroredStrategy, "MirroredStrategy"),
+                      (tf.distribute.OneDeviceStrategy, "OneDeviceStrategy")):
+        if isinstance(strategy, cls):
+            kind = name
+            break
     return f"{kind} with {strategy.num_replicas_in_sync} replica(s)"

@@ -80,6 +80,7 @@ def compute_predictions(examples: Sequence[SquadExample], features: SquadFeature
 
     null_odds is empty for SQuAD v1.1. Examples without any feature are skipped.
     """
+    results = {k: np.asarray(v) for k, v in results.items()}  # also accepts backend tensors
     joint = all(k in results for k in _JOINT_KEYS)
     if not joint and not ("start_logits" in results and "end_logits" in results):
         raise ValueError("results need start_logits/end_logits or the joint-beam outputs "

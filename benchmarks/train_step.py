@@ -1,0 +1,170 @@
+"""Training-step speed (issue 7, P3), fp32 CPU, TF backend, graph mode (tf.function, no XLA).
+
+1. MLM step, ConvBERT-small, b16 s128: forward + cross-entropy + backward + AdamW (wd 0.01),
+   dropout on; ours (`ConvBertMaskedLM`) vs transformers' `ConvBertForMaskedLM` (PyTorch eager,
+   15% of positions labelled, -100 elsewhere), interleaved in one process, 2 threads each.
+   Ours is timed twice: "full" computes the 30522-way logits at all 128 positions exactly as HF
+   does (same work); "gathered" computes them only at the 20 masked positions per sequence
+   (`masked_positions`, what the official ELECTRA/ConvBERT code does).
+2. RTD step (generator + discriminator, `pretrain.electra_pretrainer.ElectraPretrainer`, total
+   loss, backward, AdamW): ConvBERT-small vs ELECTRA-small (head_ratio 1, conv_type "none"), both
+   with the official small generator sizing (1/4 width), b16 s128 (or --rtd_batch).
+
+    python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd]
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# libgomp threads spin-wait by default; on a shared, oversubscribed VM that makes PyTorch 5-10x
+# slower than on a quiet one. Passive waiting keeps the comparison about the frameworks.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from benchmarks import common  # noqa: E402
+
+
+def mlm_batch(rng, b, s, vocab, mask_frac=0.15, max_pred=20):
+    import numpy as np
+    ids = rng.integers(1000, vocab, (b, s)).astype("int32")
+    positions = np.stack([np.sort(rng.choice(np.arange(1, s - 1), max_pred, replace=False))
+                          for _ in range(b)]).astype("int32")
+    labels = np.take_along_axis(ids, positions, axis=1)
+    return ids, positions, labels
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--rtd_batch", type=int, default=16)
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--skip_hf", action="store_true")
+    ap.add_argument("--skip_rtd", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="tiny config smoke test")
+    args = ap.parse_args()
+    common.header("training step: MLM ours vs transformers; RTD ConvBERT vs ELECTRA",
+                  "python " + " ".join(sys.argv))
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    common.set_threads(2)
+    from model import ConvBertConfig, ConvBertMaskedLM
+    from model.flops import electra_config
+
+    cfg = ConvBertConfig.from_size(args.size)
+    if args.tiny:
+        cfg = cfg.replace(hidden_size=64, num_attention_heads=2, intermediate_size=128,
+                          num_hidden_layers=2, embedding_size=32)
+    b, s = args.batch, args.seq
+    rng = np.random.default_rng(0)
+    ids, positions, labels = mlm_batch(rng, b, s, cfg.vocab_size)
+    mask = np.ones((b, s), "int32")
+    keras.utils.set_random_seed(0)
+    ours = ConvBertMaskedLM(cfg, conv_implementation="auto")
+    opt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+    opt.build(ours.trainable_variables)
+    inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+              "segment_ids": tf.zeros((b, s), tf.int32)}
+    pos_t, lab_t = tf.constant(positions), tf.constant(labels)
+
+    def make_step(gathered):
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                if gathered:
+                    logits = ours(inputs, training=True, masked_positions=pos_t)   # [B, P, V]
+                else:
+                    logits = tf.gather(ours(inputs, training=True), pos_t, batch_dims=1)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(lab_t, logits))
+            grads = tape.gradient(loss, ours.trainable_variables)
+            opt.apply_gradients(zip(grads, ours.trainable_variables))
+            return loss
+        return step
+
+    runners = {"ours full": (lambda f=make_step(False): f().numpy()),
+               "ours gathered": (lambda f=make_step(True): f().numpy())}
+    if not args.skip_hf:
+        import torch
+        import transformers
+        torch.set_num_threads(2)
+        torch.manual_seed(0)
+        hf_cfg = transformers.ConvBertConfig(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, embedding_size=cfg.embedding_size,
+            num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+            intermediate_size=cfg.intermediate_size, head_ratio=cfg.head_ratio,
+            conv_kernel_size=cfg.conv_kernel_size, num_groups=cfg.num_groups)
+        hf = transformers.ConvBertForMaskedLM(hf_cfg).train()
+        hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.01)
+        hf_labels = torch.full((b, s), -100, dtype=torch.long)
+        hf_labels.scatter_(1, torch.tensor(positions, dtype=torch.long),
+                           torch.tensor(labels, dtype=torch.long))
+        hf_in = {"input_ids": torch.tensor(ids, dtype=torch.long),
+                 "attention_mask": torch.tensor(mask, dtype=torch.long),
+                 "token_type_ids": torch.zeros((b, s), dtype=torch.long), "labels": hf_labels}
+
+        def hf_step():
+            hf_opt.zero_grad(set_to_none=True)
+            loss = hf(**hf_in).loss
+            loss.backward()
+            hf_opt.step()
+            return loss.item()
+        runners["transformers"] = hf_step
+    times = common.interleaved(runners, rounds=args.rounds, warmup=2)
+    print(f"## MLM step, ConvBERT-{args.size}{' (tiny)' if args.tiny else ''}, b{b} s{s}, fp32")
+    print(f"{'variant':16} {'median s':>9} {'min s':>7} {'speed-up vs HF':>15}  pass (>= 2x)")
+    for name in runners:
+        line = f"{name:16} {common.median(times[name]):9.3f} {min(times[name]):7.3f}"
+        if "transformers" in times and name != "transformers":
+            sp = 1.0 / common.ratio_of_medians(times, name, "transformers")
+            line += f" {sp:15.2f}  {'yes' if sp >= 2 else 'no'}"
+        print(line, flush=True)
+
+    if args.skip_rtd:
+        return
+    try:
+        from pretrain.electra_pretrainer import ElectraPretrainer
+        from pretrain.generator_config import generator_config
+    except ImportError as e:  # written by another engineer; may be missing in older checkouts
+        print(f"## RTD step skipped: {e}")
+        return
+    rb = args.rtd_batch
+    batch = {"input_ids": tf.constant(rng.integers(1000, cfg.vocab_size, (rb, s)).astype("int32")),
+             "input_mask": tf.ones((rb, s), tf.int32), "segment_ids": tf.zeros((rb, s), tf.int32),
+             "example_id": tf.range(rb, dtype=tf.int32)}
+    steps = {}
+    disc_cfgs = {"ConvBERT": cfg, "ELECTRA": cfg.replace(head_ratio=1, conv_type="none", num_groups=1)}
+    for name, dcfg in disc_cfgs.items():
+        keras.utils.set_random_seed(0)
+        model = ElectraPretrainer(dcfg, generator_config(dcfg, 0.25), conv_implementation="auto")
+        ropt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+        ropt.build(model.trainable_variables)
+
+        @tf.function
+        def rtd_step(step, model=model, ropt=ropt):
+            with tf.GradientTape() as tape:
+                loss = model(batch, step, training=True)["total_loss"]
+            grads = tape.gradient(loss, model.trainable_variables)
+            ropt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        counter = {"i": 0}
+
+        def run(f=rtd_step, counter=counter):
+            counter["i"] += 1
+            return f(tf.constant(counter["i"], tf.int32)).numpy()
+        steps[name] = run
+        n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+        print(f"# RTD {name}: {n_params:,d} trainable parameters (generator + discriminator + heads)")
+    times = common.interleaved(steps, rounds=args.rounds, warmup=2)
+    r = common.ratio_of_medians(times, "ConvBERT", "ELECTRA")
+    print(f"## RTD step, {args.size}{' (tiny)' if args.tiny else ''}, b{rb} s{s}, fp32")
+    print(f"{'model':10} {'median s':>9} {'min s':>7}")
+    for name in steps:
+        print(f"{name:10} {common.median(times[name]):9.3f} {min(times[name]):7.3f}")
+    print(f"ConvBERT / ELECTRA step time ratio: {r:.3f}  pass (<= 1): {'yes' if r <= 1 else 'no'}")
+
+
+if __name__ == "__main__":
+    main()
