@@ -62,7 +62,7 @@ flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (med
 
 GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),
                       ("mrpc", "MRPC", "accuracy"), ("sts", "STS", "spearman"),
-                      ("qqp", "QQP", "accuracy"), ("mnli", "MNLI", "accuracy"),
+                      ("qqp", "QQP", "accuracy"), ("mnli-m", "MNLI", "accuracy"),
                       ("qnli", "QNLI", "accuracy"), ("rte", "RTE", "accuracy"))
 QA_TASKS = ("squad", "squadv1")
 PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
@@ -217,7 +217,7 @@ def find_vocab_file(vocab_flag, init_checkpoint):
 
 # ---------------------------------------------------------------------------------------- GLUE
 def glue_eval_splits(task):
-    return [("mnli", "dev_matched"), ("mnli-mm", "dev_mismatched")] if task == "mnli" \
+    return [("mnli-m", "dev_matched"), ("mnli-mm", "dev_mismatched")] if task == "mnli" \
         else [(task, "dev")]
 
 

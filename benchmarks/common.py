@@ -25,7 +25,7 @@ def set_threads(n=2):
         import tensorflow as tf
         try:
             tf.config.threading.set_intra_op_parallelism_threads(n)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(int(os.environ.get("BENCH_INTER_OP", "1")))
         except RuntimeError:
             pass
     if "torch" in sys.modules:

@@ -13,7 +13,6 @@ import re
 import shutil
 import tempfile
 
-import tensorflow as tf
 
 from data.vocab import learn_wordpiece_vocab, write_vocab
 

@@ -38,7 +38,8 @@ class PackedExamples:
     @property
     def num_real_tokens(self):
         """Per example: [CLS] + A + [SEP] (+ B + [SEP] when B is non-empty)."""
-        return self.first_lengths + 2 + np.where(self.second_lengths > 0, self.second_lengths + 1, 0)
+        second = np.where(self.second_lengths > 0, self.second_lengths + 1, 0)
+        return self.first_lengths + 2 + second
 
     def input_mask(self):
         positions = np.arange(self.input_ids.shape[1])

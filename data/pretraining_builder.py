@@ -96,7 +96,7 @@ def _job_shards(job, num_jobs, num_shards):
 class _Progress:
     """Progress with ETA on stderr, at most every `interval` seconds."""
 
-    def __init__(self, total_bytes, enabled, interval=2.0):
+    def __init__(self, total_bytes, enabled, interval=5.0):
         self.total_bytes = max(1, total_bytes)
         self.enabled = enabled
         self.interval = interval

@@ -203,7 +203,8 @@ class SentencePieceTokenizer(_TokenizerBase):
         try:
             processor.LoadFromSerializedProto(model_bytes)
         except Exception:  # sentencepiece raises RuntimeError/OSError depending on version
-            raise VocabError(f"SentencePiece model {self.sp_model}: not a valid model file") from None
+            raise VocabError(
+                f"SentencePiece model {self.sp_model}: not a valid model file") from None
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = False if strip_accents is None else bool(strip_accents)
         self._pre_lower = self.do_lower_case

@@ -32,7 +32,8 @@ def load_vocab(vocab_file):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise VocabError(f"vocab file {vocab_file}: invalid UTF-8 at byte offset {e.start}") from None
+        raise VocabError(
+            f"vocab file {vocab_file}: invalid UTF-8 at byte offset {e.start}") from None
     # Tolerate CRLF files and a missing final newline; keep tokens otherwise verbatim.
     tokens = text.replace("\r\n", "\n").split("\n")
     if tokens and tokens[-1] == "":

@@ -81,13 +81,44 @@ def dynamic_conv_band(values, kernel):
     return ops.transpose(out, (0, 2, 1, 3))
 
 
+def compiled_by_xla():
+    """True under JAX, or inside a TF `jit_compile=True` function (XLA fuses the shifted sums;
+    TF's graph executor runs them as separate kernels and prefers matmul / native convs)."""
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        return True
+    try:
+        import tensorflow as tf
+        from tensorflow.python.ops import control_flow_util
+        return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    except Exception:  # private API moved: fall back to the graph-executor choice
+        return False
+
+
 def resolve_implementation(implementation, seq_len=None):
-    """The concrete implementation "auto" stands for at this (static) sequence length."""
+    """The concrete implementation "auto" stands for (measured on CPU, docs/PERFORMANCE.md):
+    under XLA (JAX, TF jit_compile) the fused shifted sum; in TF graph / eager mode the band
+    matmul up to BAND_MAX_LENGTH tokens (static length), the shifted sum beyond."""
     if implementation != "auto":
         return implementation
-    if seq_len is not None and seq_len <= BAND_MAX_LENGTH:
+    if not compiled_by_xla() and seq_len is not None and seq_len <= BAND_MAX_LENGTH:
         return "band"
     return "shifted_sum"
+
+
+def depthwise_conv_shifted_sum(x, depthwise_kernel):
+    """'same'-padded depthwise 1-D convolution (cross-correlation, as Keras / TF1 `separable_conv1d`)
+    as a sum of K shifted, scaled copies: x [B, T, C], depthwise_kernel [K, C] -> [B, T, C].
+    Under XLA this is one fused loop; XLA's lowering of a grouped convolution is far slower on CPU."""
+    kernel_size = depthwise_kernel.shape[0]
+    pad = (kernel_size - 1) // 2
+    seq_len = ops.shape(x)[1]
+    padded = ops.pad(x, [[0, 0], [pad, pad], [0, 0]])
+    out = None
+    for k in range(kernel_size):
+        term = padded[:, k:k + seq_len] * depthwise_kernel[k]
+        out = term if out is None else out + term
+    return out
 
 
 def dynamic_conv_unfold(values, kernel):
@@ -152,6 +183,16 @@ class SpanDynamicConv(keras.layers.Layer):
                 initializer=truncated_normal(self.initializer_range))
         self.conv_attn_point.build(hidden_shape)
 
+    def span_key(self, hidden):
+        """The span-aware key: depthwise K-tap conv over H, then pointwise H -> A, plus bias."""
+        if not compiled_by_xla():
+            return self.conv_attn_key(hidden)          # TF's native depthwise conv + matmul
+        layer, dtype = self.conv_attn_key, hidden.dtype
+        depthwise = ops.cast(layer.depthwise_kernel, dtype)[:, :, 0]              # [K, H]
+        pointwise = ops.cast(layer.pointwise_kernel, dtype)[0]                    # [H, A]
+        return (ops.matmul(depthwise_conv_shifted_sum(hidden, depthwise), pointwise)
+                + ops.cast(layer.bias, dtype))
+
     def generate_kernel(self, hidden, query):
         """The dynamic kernel, [B, T, N, K] (softmax over the K taps)."""
         if self.conv_type == "lightweight":
@@ -159,8 +200,7 @@ class SpanDynamicConv(keras.layers.Layer):
                                  (1, 1, self.num_heads, self.kernel_size))
             return ops.softmax(logits, axis=-1)
         if self.conv_type == "sdconv":
-            span_key = self.conv_attn_key(hidden)  # span-aware key
-            logits = self.conv_attn_kernel(query * span_key)
+            logits = self.conv_attn_kernel(query * self.span_key(hidden))
         else:
             logits = self.conv_attn_kernel(query)
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]

@@ -218,6 +218,13 @@ class Trainer:
         if jit is None:
             jit = bool(tf.config.list_physical_devices("GPU")) and num_replicas == 1
         self.jit_compile = bool(jit)
+        from model import optimization
+        # The toolkit's optimizer clips AFTER the cross-replica sum (one all-reduce, clipped like
+        # one device). Any other optimizer (or loss scaling, which must unscale before clipping)
+        # gets the gradients all-reduced and clipped here first.
+        reduce_in_optimizer = (not loss_scaled and
+                               isinstance(optimizer, getattr(optimization, "AdamWeightDecay", ()))
+                               and getattr(optimizer, "clip_norm", None) == hp.clip_norm)
 
         def compute(batch, step, gen_den, disc_den):
             """Forward + backward of one replica (no collectives inside: XLA-compilable)."""
@@ -263,6 +270,12 @@ class Trainer:
             grads, metrics = compute_fn(batch, step, totals[0], totals[1])
             present = [i for i, g in enumerate(grads) if g is not None]
             dense = [grads[i] for i in present]
+            if reduce_in_optimizer:
+                # AdamWeightDecay sums the replicas' gradients and clips the sum itself: one
+                # all-reduce. The norm logged is the replicas' mean (exact on one device).
+                optimizer.apply(grads, variables)
+                metrics["grad_norm"] = tf.linalg.global_norm(dense) / num_replicas
+                return metrics
             if num_replicas > 1:
                 dense = ctx.all_reduce(sum_op, dense)
             if loss_scaled:

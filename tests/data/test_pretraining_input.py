@@ -14,7 +14,8 @@ def _write_shards(directory, num_shards=4, per_shard=12, seq=SEQ):
     """Shard s holds examples whose first id encodes (shard, index): 1000*s + i."""
     directory.mkdir(parents=True, exist_ok=True)
     for s in range(num_shards):
-        with tf.io.TFRecordWriter(str(directory / f"pretrain_data.tfrecord-{s}-of-{num_shards}")) as w:
+        path = directory / f"pretrain_data.tfrecord-{s}-of-{num_shards}"
+        with tf.io.TFRecordWriter(str(path)) as w:
             for i in range(per_shard):
                 ids = [1000 * s + i] + [5] * (seq - 3) + [0, 0]
                 w.write(serialize_example(ids, [1] * (seq - 2) + [0, 0], [0] * seq))

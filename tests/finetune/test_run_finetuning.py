@@ -88,9 +88,22 @@ def vocab():
 
 # ------------------------------------------------------------------------ random init + predict
 @pytest.fixture(scope="module")
-def random_run(tmp_path_factory, glue_dir, vocab):
+def mixed_glue_dir(tmp_path_factory, glue_dir):
+    """Real SST-2 / CoLA / STS-B (links to ../shared) plus tiny synthetic MNLI (+ AX) and QQP,
+    which ../shared lacks, so MNLI's matched/mismatched/AX paths run too."""
+    from tests.finetune.test_glue_readers import make_mnli, make_qqp
+    root = tmp_path_factory.mktemp("glue_mixed")
+    for name in ("SST-2", "CoLA", "STS-B"):
+        (root / name).symlink_to(glue_dir / name, target_is_directory=True)
+    make_mnli(root)
+    make_qqp(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def random_run(tmp_path_factory, mixed_glue_dir, vocab):
     model_dir = tmp_path_factory.mktemp("ft_random")
-    proc = run_cli(base_args(model_dir, glue_dir, vocab, task_names="sst,cola,sts")
+    proc = run_cli(base_args(model_dir, mixed_glue_dir, vocab, task_names="sst,cola,sts,mnli,qqp")
                    + ["--do_predict"])
     return model_dir, proc
 
@@ -102,7 +115,7 @@ def test_random_weights_are_warned(random_run):
 
 
 @pytest.mark.parametrize("task", ["sst", "cola", "sts"])
-def test_dev_files_consistent(random_run, glue_dir, task):
+def test_dev_files_consistent(random_run, glue_dir, task):  # the real data
     from finetune.glue.readers import read_examples
     model_dir, _ = random_run
     results = model_dir / "results"
@@ -124,22 +137,34 @@ def test_progress_lines_and_table(random_run):
     assert "CoLA" in proc.stdout and "Avg" in proc.stdout
 
 
-def test_leaderboard_files_validated(random_run, glue_dir):
-    from finetune.glue.leaderboard import validate_submission
+def test_leaderboard_files_validated(random_run, mixed_glue_dir):
+    from finetune.glue.leaderboard import SUBMISSION_FILES, validate_submission
     from finetune.glue.readers import read_examples
     model_dir, _ = random_run
     board = model_dir / "results" / "leaderboard"
-    rows = validate_submission(board, glue_dir, require_all=False)
-    assert set(rows) == {"SST-2.tsv", "CoLA.tsv", "STS-B.tsv"}
-    for name, task in (("SST-2.tsv", "sst"), ("CoLA.tsv", "cola"), ("STS-B.tsv", "sts")):
-        test_ids = [e.guid for e in read_examples(glue_dir, task, "test")]
+    names = {"SST-2.tsv", "CoLA.tsv", "STS-B.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv",
+             "QQP.tsv"}
+    rows = validate_submission(board, mixed_glue_dir, require_all=False)
+    assert set(rows) == names
+    for name in names:
+        task, split = SUBMISSION_FILES[name[:-4]]
+        test_ids = [e.guid for e in read_examples(mixed_glue_dir, task, split)]
         lines = (board / name).read_text().splitlines()
         assert lines[0] == "index\tprediction"
         assert [line.split("\t")[0] for line in lines[1:]] == test_ids
     with zipfile.ZipFile(board / "glue_submission.zip") as zf:
-        assert sorted(zf.namelist()) == sorted(rows)
+        assert sorted(zf.namelist()) == sorted(names)
     # The zip validates too (the server reads the zip).
-    assert validate_submission(board / "glue_submission.zip", glue_dir, require_all=False)
+    assert validate_submission(board / "glue_submission.zip", mixed_glue_dir, require_all=False)
+
+
+def test_mnli_matched_and_mismatched_dev(random_run):
+    model_dir, _ = random_run
+    results = model_dir / "results"
+    check_metrics_match_tsv(results, "mnli-m")
+    rows, _ = check_metrics_match_tsv(results, "mnli-mm")
+    assert len(rows) == 4   # the synthetic dev_mismatched
+    check_metrics_match_tsv(results, "qqp")
 
 
 def test_print_glue_table(random_run):

@@ -98,12 +98,12 @@ def test_objective_trains_under_jax_and_matches_tensorflow(tmp_path):
     np.savez(tmp_path / "data.npz", **arrays)
     args = {"data": str(tmp_path / "data.npz"), "config": cfg.to_dict(), "step": step,
             "steps": 25, "check_keys": CHECK_KEYS}
+    # XLA's backend optimisation level 0 halves the CPU compile time of the train step.
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
-    import time; t0 = time.time()
+           "TF_CPP_MIN_LOG_LEVEL": "3",
+           "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()}
     proc = subprocess.run([sys.executable, "-c", JAX_SCRIPT, json.dumps(args)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=400)
-    print("subprocess", time.time() - t0)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1]
     result = json.loads(line[len("RESULT "):])
