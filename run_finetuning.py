@@ -66,6 +66,7 @@ GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),
                       ("qnli", "QNLI", "accuracy"), ("rte", "RTE", "accuracy"))
 QA_TASKS = ("squad", "squadv1")
 PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
+PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
 
 
 class UsageError(ValueError):
@@ -137,6 +138,14 @@ class EncoderSource:
             checkpoints.assign_weights(model.weight_map(), self.tensors, where=self.path)
         return model
 
+    def initial_weights(self, model):
+        """{official name: array} to reset `model` to before each trial: the checkpoint, or the
+        random initialisation `model` got (every trial then starts from the same encoder)."""
+        if self.tensors is not None:
+            return self.tensors
+        from keras import ops
+        return {name: ops.convert_to_numpy(v) for name, v in model.weight_map().items()}
+
     def resolved_dir(self):
         """The directory the weights were read from (a model_dir resolves to discriminator/)."""
         path = self.path
@@ -151,15 +160,20 @@ class EncoderSource:
         return os.path.dirname(path) or "."
 
     def trained_max_seq_length(self):
-        """max_seq_length recorded by a pre-training export (a JSON key in the checkpoint dir
-        or its parents, e.g. pretrain_config.json {"max_seq_length": 128}); None if unknown."""
+        """(max_seq_length, file) recorded by a pre-training run: a top-level JSON key in the
+        checkpoint dir or its parents, e.g. the `<model_dir>/hparams.json` that
+        pretrain/trainer.py writes ({"max_seq_length": 128, ...}); None if unknown."""
         directory = self.resolved_dir()
         if directory is None:
             return None
         candidates = []
         for d in (directory, os.path.dirname(os.path.abspath(directory)),
                   os.path.dirname(os.path.dirname(os.path.abspath(directory)))):
-            candidates += sorted(glob.glob(os.path.join(d, "*.json")))
+            # pretrain/trainer.py writes <model_dir>/hparams.json (with max_seq_length).
+            known = [os.path.join(d, name) for name in PRETRAIN_RECORD_FILES]
+            candidates += [p for p in known if os.path.isfile(p)]
+            candidates += [p for p in sorted(glob.glob(os.path.join(d, "*.json")))
+                           if p not in known]
         for path in candidates:
             if os.path.basename(path) in ("config.json",):
                 continue  # HF model config: max_position_embeddings, not the trained length
@@ -335,18 +349,22 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
         seed = hp.seed + trial - 1
         keras.utils.set_random_seed(seed)
         label = task if hp.num_trials == 1 else f"{task} trial {trial}/{hp.num_trials}"
-        encoder = source.build()
-        head = ClassificationHead(spec.num_labels, spec.is_regression,
-                                  dropout_rate=0.1,
-                                  initializer_range=encoder.config.initializer_range,
-                                  name=f"{task}_head")
-        head.build((None, None, encoder.config.hidden_size))
-        named = dict(encoder.weight_map())
-        named.update(head.weight_map(prefix=f"task_specific/{task}/"))
         suffix = "" if hp.num_trials == 1 else f"_trial{trial}"
-        trainer = Trainer(encoder, head, forward, loss, hp, task, named,
-                          log_dir=os.path.join(model_dir, "tensorboard", task + suffix),
-                          trial_label=label, printer=say)
+        log_dir = os.path.join(model_dir, "tensorboard", task + suffix)
+        if trial == 1:
+            encoder = source.build()
+            head = ClassificationHead(spec.num_labels, spec.is_regression,
+                                      dropout_rate=0.1,
+                                      initializer_range=encoder.config.initializer_range,
+                                      name=f"{task}_head")
+            head.build((None, None, encoder.config.hidden_size))
+            named = dict(encoder.weight_map())
+            named.update(head.weight_map(prefix=f"task_specific/{task}/"))
+            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=log_dir,
+                              trial_label=label, printer=say)
+            initial_weights = source.initial_weights(encoder)
+        else:   # same variables, so the traced train/predict steps are reused
+            trainer.start_trial(initial_weights, log_dir, label)
         steps = 0
         if do_train:
             n_train = len(train_features["input_ids"])

@@ -201,13 +201,17 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
         keras.utils.set_random_seed(seed)
         label = task if hp.num_trials == 1 else f"{task} trial {trial}/{hp.num_trials}"
         suffix = "" if hp.num_trials == 1 else f"_trial{trial}"
-        encoder = source.build()
-        head = make_head(hp, encoder.config, version)
-        named = dict(encoder.weight_map())
-        named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
-        trainer = Trainer(encoder, head, forward, loss, hp, task, named,
-                          log_dir=os.path.join(model_dir, "tensorboard", task + suffix),
-                          trial_label=label, printer=printer)
+        log_dir = os.path.join(model_dir, "tensorboard", task + suffix)
+        if trial == 1:
+            encoder = source.build()
+            head = make_head(hp, encoder.config, version)
+            named = dict(encoder.weight_map())
+            named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
+            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=log_dir,
+                              trial_label=label, printer=printer)
+            initial_weights = source.initial_weights(encoder)
+        else:   # same variables, so the traced train/predict steps are reused
+            trainer.start_trial(initial_weights, log_dir, label)
         steps = 0
         if do_train:
             steps = num_train_steps(len(train_features["input_ids"]), hp.train_batch_size,

@@ -99,6 +99,9 @@ class Trainer:
         self.writer = tf.summary.create_file_writer(log_dir) if log_dir else None
         self.history: list = []
         self._predict_steps: dict = {}
+        self._train_step = None
+        self._train_step_total = None
+        self.optimizer = self.schedule = None
 
     def _check_variables_covered(self):
         """Every trainable variable of encoder + head must have an official name (and an LR)."""
@@ -122,6 +125,37 @@ class Trainer:
             ds = ds.batch(batch_size)
         return ds.prefetch(2)
 
+    # ------------------------------------------------------------------ trials
+    def start_trial(self, encoder_weights: Dict[str, np.ndarray], log_dir: Optional[str] = None,
+                    trial_label: Optional[str] = None):
+        """Reset for another trial on the same variables, so the traced steps are reused:
+        encoder weights <- `encoder_weights` ({official name: array}, the checkpoint), a fresh
+        head initialisation (from the global Keras seed; call keras.utils.set_random_seed
+        first) and a zeroed optimizer state (step 0, Adam moments 0)."""
+        import keras
+        encoder_vars = self.encoder.weight_map()
+        missing = sorted(set(encoder_vars) - set(encoder_weights))
+        if missing:
+            raise ValueError(f"start_trial: no weights for {', '.join(missing[:3])}")
+        for name, variable in encoder_vars.items():
+            variable.assign(np.asarray(encoder_weights[name], dtype=variable.dtype))
+        for layer in self.head._flatten_layers(include_self=False, recursive=True):
+            if isinstance(layer, keras.layers.Dense) and layer.built:
+                layer.kernel.assign(layer.kernel_initializer(tuple(layer.kernel.shape)))
+                if layer.bias is not None:
+                    layer.bias.assign(layer.bias_initializer(tuple(layer.bias.shape)))
+        if self.optimizer is not None:
+            for variable in self.optimizer.variables:  # iterations, Adam m and v
+                if variable.name != "learning_rate":
+                    variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        if trial_label:
+            self.trial_label = trial_label
+        if self.writer is not None:
+            self.writer.close()
+        self.log_dir = log_dir
+        self.writer = self.tf.summary.create_file_writer(log_dir) if log_dir else None
+        self.history = []
+
     # ------------------------------------------------------------------ training
     def train(self, features: Dict[str, np.ndarray], total_steps: int, seed: int = 0,
               num_layers: Optional[int] = None) -> dict:
@@ -129,21 +163,29 @@ class Trainer:
         hp = self.hp
         if num_layers is None:
             num_layers = self.encoder.config.num_hidden_layers
-        optimizer, schedule = build_optimizer(self.named_variables, num_layers, hp, total_steps)
-        self.optimizer, self.schedule = optimizer, schedule
-        variables = self.variables
-        forward_fn, loss_fn = self.forward_fn, self.loss_fn
-        encoder, head = self.encoder, self.head
+        if self._train_step is not None and self._train_step_total == total_steps:
+            # A later trial on the same variables (see `start_trial`): same optimizer (its
+            # state was reset) and the already traced step.
+            optimizer, schedule, train_step = self.optimizer, self.schedule, self._train_step
+        else:
+            optimizer, schedule = build_optimizer(self.named_variables, num_layers, hp,
+                                                  total_steps)
+            variables = self.variables
+            forward_fn, loss_fn = self.forward_fn, self.loss_fn
+            encoder, head = self.encoder, self.head
 
-        @tf.function(jit_compile=False, reduce_retracing=True)
-        def train_step(batch):
-            with tf.GradientTape() as tape:
-                outputs = forward_fn(encoder, head, batch, True)
-                loss = loss_fn(outputs, batch)
-            grads = tape.gradient(loss, variables)
-            grad_norm = tf.linalg.global_norm([g for g in grads if g is not None])
-            optimizer.apply_gradients(zip(grads, variables))
-            return loss, grad_norm
+            @tf.function(jit_compile=False, reduce_retracing=True)
+            def train_step(batch):
+                with tf.GradientTape() as tape:
+                    outputs = forward_fn(encoder, head, batch, True)
+                    loss = loss_fn(outputs, batch)
+                grads = tape.gradient(loss, variables)
+                grad_norm = tf.linalg.global_norm([g for g in grads if g is not None])
+                optimizer.apply_gradients(zip(grads, variables))
+                return loss, grad_norm
+
+            self.optimizer, self.schedule = optimizer, schedule
+            self._train_step, self._train_step_total = train_step, total_steps
 
         dataset = self._dataset(features, hp.train_batch_size, True, seed)
         every = max(1, int(hp.log_every_steps))

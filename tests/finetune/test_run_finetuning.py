@@ -191,7 +191,7 @@ def checkpoints(tmp_path_factory):
     model.save_pretrained(hf_dir, format="hf")
     pretrain_dir = root / "pretrain_model_dir"
     model.save_pretrained(pretrain_dir / "discriminator")
-    (pretrain_dir / "pretrain_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    (pretrain_dir / "hparams.json").write_text(json.dumps({"max_seq_length": 32}))
     weights = {name: np.asarray(v) for name, v in model.weight_map().items()}
     return {"hf": hf_dir, "pretrain": pretrain_dir, "weights": weights}
 
@@ -213,7 +213,7 @@ def test_trained_length_recorded_in_pretraining_dir(checkpoints):
     from finetune.hparams import FinetuneHParams
     source = run_finetuning.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
     trained, where = source.trained_max_seq_length()
-    assert trained == 32 and where.endswith("pretrain_config.json")
+    assert trained == 32 and where.endswith("hparams.json")
 
 
 def test_finetune_from_hf_checkpoint(tmp_path, checkpoints, glue_dir, vocab):
@@ -233,7 +233,7 @@ def test_finetune_from_pretraining_dir_with_trials(tmp_path, checkpoints, glue_d
     args[args.index("--max_seq_length") + 1] = 48  # longer than the recorded pre-training 32
     proc = run_cli(args)
     assert "encoder: keras checkpoint" in proc.stdout
-    assert "never trained" in proc.stderr and "pretrain_config.json" in proc.stderr
+    assert "never trained" in proc.stderr and "hparams.json" in proc.stderr
     results = tmp_path / "results"
     trial_metrics = []
     for trial in (1, 2):
@@ -359,3 +359,54 @@ def test_glue_scripts_exist_and_use_paper_hparams():
     assert "print_glue_table" in (scripts / "run_all.sh").read_text()
     for name in ("squad_v1.sh", "squad_v2.sh"):
         assert "run_finetuning.py" in (REPO_ROOT / "scripts" / name).read_text()
+
+
+# ------------------------------------------------------------------------ trainer (in process)
+def test_trainer_trials_reset_weights_head_and_optimizer():
+    """Trial k > 1 reuses the traced step: encoder back to the checkpoint, a new head, a zeroed
+    optimizer (step 0), and training still moves the weights; the LR follows the schedule."""
+    import keras
+    from finetune.classification_head import ClassificationHead
+    from finetune.hparams import FinetuneHParams
+    from model import ConvBertConfig, ConvBertModel
+    import run_finetuning
+    from finetune.trainer import Trainer
+
+    keras.utils.set_random_seed(3)
+    encoder = ConvBertModel(ConvBertConfig.from_size("small", vocab_size=100, **TINY_MODEL))
+    head = ClassificationHead(2, name="head")
+    head.build((None, None, 32))
+    named = dict(encoder.weight_map())
+    named.update(head.weight_map(prefix="task_specific/sst/"))
+    hp = FinetuneHParams(train_batch_size=4, log_every_steps=100).for_task("sst")
+    forward, loss = run_finetuning.glue_model_fns("sst")
+    lines = []
+    trainer = Trainer(encoder, head, forward, loss, hp, "sst", named, printer=lines.append)
+    rng = np.random.default_rng(0)
+    features = {"input_ids": rng.integers(5, 100, (16, 12)).astype(np.int32),
+                "input_mask": np.ones((16, 12), np.int32),
+                "segment_ids": np.zeros((16, 12), np.int32),
+                "label_ids": rng.integers(0, 2, 16).astype(np.int32)}
+    snapshot = {n: np.asarray(v).copy() for n, v in encoder.weight_map().items()}
+    trainer.train(features, total_steps=4, seed=0)
+    assert int(trainer.optimizer.iterations.numpy()) == 4
+    # Layer-wise LR: the head gets the full rate, embeddings decay^(L+2) = 0.8^4.
+    assert trainer.optimizer.lr_multiplier(head.dense.kernel) == pytest.approx(1.0)
+    word = encoder.weight_map()["electra/embeddings/word_embeddings"]
+    assert trainer.optimizer.lr_multiplier(word) == pytest.approx(0.8 ** 4)
+    moved = np.asarray(encoder.weight_map()["electra/encoder/layer_0/attention/self/query/kernel"])
+    assert not np.allclose(moved, snapshot["electra/encoder/layer_0/attention/self/query/kernel"])
+    head_before = np.asarray(head.dense.kernel).copy()
+    step = trainer._train_step
+    keras.utils.set_random_seed(4)
+    trainer.start_trial(snapshot)
+    for name, variable in encoder.weight_map().items():
+        np.testing.assert_array_equal(np.asarray(variable), snapshot[name])
+    assert int(trainer.optimizer.iterations.numpy()) == 0
+    assert not np.allclose(np.asarray(head.dense.kernel), head_before)
+    np.testing.assert_array_equal(np.asarray(head.dense.bias), 0.0)
+    result = trainer.train(features, total_steps=4, seed=1)
+    assert trainer._train_step is step   # not traced again
+    assert int(trainer.optimizer.iterations.numpy()) == 4 and np.isfinite(result["final_loss"])
+    out = trainer.predict(features, ["logits"], batch_size=6)   # 16 rows: last batch padded
+    assert out["logits"].shape == (16, 2)

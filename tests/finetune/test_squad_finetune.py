@@ -40,7 +40,7 @@ def pretrain_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("squad_pretrain")
     ConvBertModel(ConvBertConfig.from_size("small", **TINY_MODEL)).save_pretrained(
         root / "discriminator")
-    (root / "pretrain_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    (root / "hparams.json").write_text(json.dumps({"max_seq_length": 32}))
     return root
 
 
@@ -103,7 +103,7 @@ def test_squad_warns_about_untrained_positions(squad_run):
     assert "encoder: keras checkpoint" in proc.stdout
     warnings = [line for line in proc.stderr.splitlines() if "never trained" in line]
     assert len(warnings) == 2  # one per task
-    assert "at most 32 tokens" in warnings[0] and "pretrain_config.json" in warnings[0]
+    assert "at most 32 tokens" in warnings[0] and "hparams.json" in warnings[0]
 
 
 def test_squad_missing_file_is_one_line_error(tmp_path):

@@ -211,3 +211,40 @@ def test_scalar_losses_are_float32_under_mixed_precision():
     for k in ("total_loss", "gen_loss", "disc_loss", "disc_probs"):
         assert keras.backend.standardize_dtype(out[k].dtype) == "float32", k
         assert np.all(np.isfinite(ops.convert_to_numpy(out[k])))
+
+
+@pytest.mark.parametrize("size,total,disc", [("small", 14_019_903, 13_143_768),
+                                             ("medium-small", 18_539_191, 17_475_888)])
+def test_official_sizes_parameter_counts_and_decay_exclusions(size, total, disc):
+    """The official logs report ~14.02M (small) / ~18.54M (medium-small) pre-training parameters."""
+    import re
+    cfg = ConvBertConfig.from_size(size)
+    model = ElectraPretrainer(cfg, generator_config(cfg, DEFAULT_GENERATOR_HIDDEN_SIZE[size]))
+    count = lambda vs: sum(int(np.prod(v.shape)) for v in vs)
+    assert count(model.trainable_variables) == total
+    assert count(model.discriminator.trainable_variables) == disc
+    # without a name_map the optimizer decides from Keras paths: same as the official TF1 names
+    opt = AdamWeightDecay(1e-3)
+    opt.build(model.trainable_variables)
+    tf1 = {id(v): n for n, v in model.weight_map().items()}
+    for v, flag in zip(model.trainable_variables, opt._decay_flags):
+        assert flag == (not re.search("LayerNorm|layer_norm|bias", tf1[id(v)])), (v.path, tf1[id(v)])
+
+
+def test_generator_hf_export_where_possible(pretrainer, tmp_path):
+    from model.checkpoints import CheckpointError
+    from model.config import ConfigError
+    batch = tiny_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    pretrainer.export_generator(tmp_path / "gen_hf", format="hf")
+    gen = ConvBertMaskedLM.from_pretrained(str(tmp_path / "gen_hf"))
+    want = pretrainer.mlm_head(pretrainer.generator(inputs))
+    np.testing.assert_allclose(ops.convert_to_numpy(gen(inputs)), ops.convert_to_numpy(want),
+                               rtol=1e-5, atol=1e-5)
+    # the official small generator (128-wide attention output) has no Hugging Face form
+    cfg = ConvBertConfig.from_size("small", vocab_size=VOCAB, num_hidden_layers=1)
+    small = ElectraPretrainer(cfg, generator_config(cfg, 0.25))
+    with pytest.raises((ConfigError, CheckpointError)):
+        small.export_generator(tmp_path / "small_hf", format="hf")
+    small.export_generator(tmp_path / "small_native")
+    assert ConvBertMaskedLM.from_pretrained(str(tmp_path / "small_native")).config == small.gen_config

@@ -14,7 +14,7 @@ import numpy as np
 from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
     driver_cmd, driver_env, run_driver, tiny_data, tiny_hparams)
 
-STEPS = 24
+STEPS = 16
 SAVE_EVERY = 4
 FLAGS = (f"--num_train_steps={STEPS}", f"--save_checkpoints_steps={SAVE_EVERY}",
          "--log_every_n_steps=1", "--keep_checkpoint_max=3", "--seed=7", "--deterministic")
