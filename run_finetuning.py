@@ -220,7 +220,8 @@ def find_vocab_file(vocab_flag, init_checkpoint):
     if init_checkpoint:
         base = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
             init_checkpoint)
-        for d in (base, os.path.join(base, "discriminator"), os.path.dirname(os.path.abspath(base))):
+        parent = os.path.dirname(os.path.abspath(base))
+        for d in (base, os.path.join(base, "discriminator"), parent):
             for name in ("vocab.txt", "bert-uncased-vocab.txt"):
                 path = os.path.join(d, name)
                 if os.path.isfile(path):
@@ -298,12 +299,14 @@ class GlueData:
 
 def load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict):
     """Reads every file the run needs; DataError (file + line) on bad input."""
-    from finetune.glue.readers import add_swapped_pairs, read_examples
-    from finetune.glue.tasks import get_task
+    from finetune.glue.readers import add_swapped_pairs, read_examples, task_file
+    from finetune.glue.tasks import DataError, get_task
     spec = get_task(task)
     train = None
     if do_train:
         train = read_examples(data_dir, task, "train")
+        if not train:
+            raise DataError(f"{task_file(data_dir, task, 'train')}: no training examples")
         if hp.max_train_examples:
             train = train[:hp.max_train_examples]
         if hp.double_unordered and spec.unordered_pair:
@@ -312,6 +315,8 @@ def load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict):
     if do_eval:
         for key, split in glue_eval_splits(task):
             examples = read_examples(data_dir, task, split)
+            if not examples:
+                raise DataError(f"{task_file(data_dir, task, split)}: no examples to evaluate")
             if hp.max_eval_examples:
                 examples = examples[:hp.max_eval_examples]
             evals.append((key, examples))
@@ -447,7 +452,8 @@ def glue_table(model_dir) -> str:
         results[key] = metrics
         cell = f"{metrics[metric]:.1f}"
         if summary is not None:
-            cell += f" ({summary[metric]['mean']:.1f}±{summary[metric]['std']:.1f}, n={summary[metric]['n']})"
+            s = summary[metric]
+            cell += f" ({s['mean']:.1f}±{s['std']:.1f}, n={s['n']})"
         values.append(cell)
     header.append("Avg")
     values.append(f"{glue_score(results, style='paper'):.1f}" if results else "-")
@@ -463,7 +469,7 @@ def glue_table(model_dir) -> str:
 def collect_flag_overrides():
     names = ("model_size", "num_trials", "seed", "max_seq_length", "train_batch_size",
              "num_train_epochs", "max_train_steps", "learning_rate")
-    return {n: getattr(FLAGS, n) for n in names if FLAGS[n].present or getattr(FLAGS, n) is not None}
+    return {n: getattr(FLAGS, n) for n in names if getattr(FLAGS, n) is not None}
 
 
 def run(argv=None):
@@ -503,6 +509,10 @@ def run(argv=None):
             task_data[task] = load_glue_data(task, hp, data_dir, FLAGS.do_train, FLAGS.do_eval,
                                              FLAGS.do_predict)
 
+    import keras
+    if keras.backend.backend() != "tensorflow":
+        raise UsageError(f"run_finetuning.py needs the TensorFlow Keras backend (tf.data + "
+                         f"tf.function); KERAS_BACKEND is {keras.backend.backend()!r}")
     from data.tokenization import Tokenizer
     tokenizer = Tokenizer(vocab_file, do_lower_case=base_hp.do_lower_case)
     source = EncoderSource(FLAGS.init_checkpoint, base_hp)

@@ -226,8 +226,9 @@ def main(argv):
             f"disc AUC {final['disc_auc']:.3f} | {summary['sequences_per_second']:.1f} seq/s")
     else:
         log(f"done: nothing to train (step {summary['global_step']} already reached)")
+    summary_file = os.path.join(summary["model_dir"], "pretraining_summary.json")
     log(f"model: {summary['discriminator']} (ConvBertModel.from_pretrained("
-        f"{summary['model_dir']!r})); summary: {os.path.join(summary['model_dir'], 'pretraining_summary.json')}")
+        f"{summary['model_dir']!r})); summary: {summary_file}")
 
 
 if __name__ == "__main__":

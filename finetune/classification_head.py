@@ -1,4 +1,4 @@
-"""ELECTRA's GLUE heads (official `finetune/classification/classification_tasks.py`), keras.ops only.
+"""ELECTRA's GLUE heads (official `finetune/classification/classification_tasks.py`), keras.ops.
 
 * classification: dropout(0.1) on the [CLS] vector h[:, 0] -> dense(num_labels); softmax
   cross-entropy. (Hugging Face's ConvBertForSequenceClassification adds a dense+gelu layer

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 VERSIONS = {"squad": "2.0", "squadv1": "1.1"}
 BEAM_KEYS = ("start_top_index", "start_top_log_probs", "end_top_index", "end_top_log_probs")
 
@@ -179,6 +177,10 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
         feats = squad_data.convert_examples_to_features(
             examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
             is_training=True)
+        if len(feats) == 0:
+            from finetune.qa.squad_eval import SquadFormatError
+            raise SquadFormatError(f"{data.train_file}: no training windows (every answer "
+                                   f"fell outside the tokenized context?)")
         train_features = feats.model_inputs(with_labels=True)
         printer(f"{task}: {len(examples)} training questions -> {len(feats)} windows "
                 f"({data.train_file})")

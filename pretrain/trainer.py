@@ -10,7 +10,8 @@
   generator), gradients are summed over replicas, then clipped by global norm. So 1, 2 or N
   replicas (or workers) give the same loss for the same global batch, up to float rounding.
 * State = `tf.train.Checkpoint(model, optimizer, step, examples consumed, sequence length, RNG
-  state)` kept by a `CheckpointManager` (last `keep_checkpoint_max`) in <model_dir>/checkpoints. Rerunning with the same
+  state)` kept by a `CheckpointManager` (last `keep_checkpoint_max`) in
+  <model_dir>/checkpoints. Rerunning with the same
   model_dir resumes: the input pipeline is rebuilt with the same seed and skips the batches
   already consumed, so in `deterministic` mode a resumed run is bit-identical to an uninterrupted
   one (tests/pretrain/test_resume.py).

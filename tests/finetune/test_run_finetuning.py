@@ -6,7 +6,6 @@ Every run uses a 2-layer, 32-wide ConvBERT (via --hparams model_hparam_overrides
 import csv
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -129,6 +128,19 @@ def test_dev_files_consistent(random_run, glue_dir, task):  # the real data
                                                                  / task).iterdir())
 
 
+def test_tensorboard_scalars(random_run):
+    import tensorflow as tf
+    model_dir, _ = random_run
+    tags = {}
+    for path in sorted((model_dir / "tensorboard" / "sst").glob("events.out.tfevents*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                tags[value.tag] = (event.step, value.metadata.plugin_data.plugin_name)
+    assert tags["train/loss"] == (3, "scalars")
+    assert {"train/learning_rate", "train/grad_norm", "dev_sst/accuracy"} <= set(tags)
+
+
 def test_progress_lines_and_table(random_run):
     _, proc = random_run
     assert "sst: step 3/3 (100.0%) loss" in proc.stdout
@@ -177,35 +189,61 @@ def test_print_glue_table(random_run):
 
 
 # ------------------------------------------------------------------------ checkpoints
+# A tiny HF config with an E->H projection and grouped FFN layers (transformers writes it).
+HF_TINY_CONFIG = {"vocab_size": 30522, "hidden_size": 32, "embedding_size": 16,
+                  "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+                  "head_ratio": 2, "conv_kernel_size": 9, "num_groups": 2,
+                  "max_position_embeddings": 128, "pad_token_id": 0}
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """A tiny random ConvBERT saved as a Hugging Face dir and as a pre-training model_dir
-    (native export under discriminator/, with the trained max_seq_length recorded)."""
+    """* "hf": a Hugging Face ConvBERT dir written by transformers itself
+      (../shared/tools/hf_reference.py gen, with reference outputs);
+    * "pretrain": a pre-training-style model_dir: our native export under discriminator/ plus
+      the hparams.json a pre-training run writes (recording max_seq_length 32)."""
     import keras
     from model import ConvBertConfig, ConvBertModel
-    keras.utils.set_random_seed(7)
-    config = ConvBertConfig.from_size("small", **TINY_MODEL)
-    model = ConvBertModel(config)
     root = tmp_path_factory.mktemp("ckpts")
-    hf_dir = root / "hf"
-    model.save_pretrained(hf_dir, format="hf")
+    tool = shared_path("tools", "hf_reference.py")
+    (root / "hf_cfg.json").write_text(json.dumps(HF_TINY_CONFIG))
+    subprocess.run([sys.executable, str(tool), "gen", "--config", str(root / "hf_cfg.json"),
+                    "--heads", "", "--out", str(root / "hf")], check=True, capture_output=True,
+                   timeout=TIMEOUT)
+    keras.utils.set_random_seed(7)
+    model = ConvBertModel(ConvBertConfig.from_size("small", **TINY_MODEL))
     pretrain_dir = root / "pretrain_model_dir"
     model.save_pretrained(pretrain_dir / "discriminator")
     (pretrain_dir / "hparams.json").write_text(json.dumps({"max_seq_length": 32}))
     weights = {name: np.asarray(v) for name, v in model.weight_map().items()}
-    return {"hf": hf_dir, "pretrain": pretrain_dir, "weights": weights}
+    return {"hf": root / "hf", "pretrain": pretrain_dir, "weights": weights}
 
 
-@pytest.mark.parametrize("kind", ["hf", "pretrain"])
-def test_encoder_source_loads_checkpoint_weights(checkpoints, kind):
+def test_encoder_source_loads_hf_dir(checkpoints):
+    """The encoder the driver builds from the HF dir reproduces transformers' own outputs."""
     import run_finetuning
     from finetune.hparams import FinetuneHParams
-    source = run_finetuning.EncoderSource(str(checkpoints[kind]), FinetuneHParams())
-    assert source.format == ("hf" if kind == "hf" else "keras")
+    source = run_finetuning.EncoderSource(str(checkpoints["hf"]), FinetuneHParams())
+    assert source.format == "hf"
+    assert (source.config.embedding_size, source.config.num_groups) == (16, 2)
+    encoder = source.build()
+    inputs = np.load(checkpoints["hf"] / "inputs.npz")
+    expected = np.load(checkpoints["hf"] / "outputs.npz")["model.last_hidden_state"]
+    out = encoder({"input_ids": inputs["input_ids"].astype(np.int32),
+                   "input_mask": inputs["attention_mask"].astype(np.int32),
+                   "segment_ids": inputs["token_type_ids"].astype(np.int32)}, training=False)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=2e-4, rtol=0)
+
+
+def test_encoder_source_loads_pretraining_dir(checkpoints):
+    import run_finetuning
+    from finetune.hparams import FinetuneHParams
+    source = run_finetuning.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
+    assert source.format == "keras"
     encoder = source.build()
     for name, variable in encoder.weight_map().items():
-        np.testing.assert_allclose(np.asarray(variable), checkpoints["weights"][name],
-                                   rtol=0, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(variable), checkpoints["weights"][name],
+                                      err_msg=name)
 
 
 def test_trained_length_recorded_in_pretraining_dir(checkpoints):
@@ -220,7 +258,7 @@ def test_finetune_from_hf_checkpoint(tmp_path, checkpoints, glue_dir, vocab):
     hparams = {k: v for k, v in TINY_HPARAMS.items() if k != "model_hparam_overrides"}
     proc = run_cli(base_args(tmp_path, glue_dir, vocab, hparams, task_names="mrpc",
                              init_checkpoint=checkpoints["hf"]))
-    assert "encoder: hf checkpoint" in proc.stdout
+    assert "encoder: hf checkpoint" in proc.stdout and "(2 layers, hidden 32)" in proc.stdout
     assert "RANDOM" not in proc.stderr
     assert "mrpc: 128 training examples (both sentence orders)" in proc.stdout
     check_metrics_match_tsv(tmp_path / "results", "mrpc")

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.pretrain.test_run_pretraining import (NO_DROPOUT, driver_cmd, driver_env,
-                                                 read_summary, run_driver, tiny_data, tiny_hparams)
+from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
+    NO_DROPOUT, driver_cmd, driver_env, read_summary, run_driver, tiny_data, tiny_hparams)
 
 STEPS = 3
 FLAGS = (f"--num_train_steps={STEPS}", "--log_every_n_steps=1", f"--save_checkpoints_steps={STEPS}",

@@ -105,7 +105,8 @@ def test_run_pretraining_loss_falls(trained):
 
 def test_run_pretraining_writes_checkpoints_exports_and_tensorboard(trained):
     model_dir, _ = trained
-    assert len(glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-*.index"))) == 1  # keep_checkpoint_max=1
+    # keep_checkpoint_max=1
+    assert len(glob.glob(os.path.join(model_dir, "checkpoints", "ckpt-*.index"))) == 1
     assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-40.index"))
     assert glob.glob(os.path.join(model_dir, "train", "events.out.tfevents.*"))
     hp = json.load(open(os.path.join(model_dir, "hparams.json")))
@@ -253,3 +254,25 @@ def test_run_pretraining_flags_override_hparams_and_booleans_parse(tiny_data, tm
     assert hp.learning_rate == 1e-4 and hp.num_train_steps == 1000
     with pytest.raises(HParamsError, match="valid keys: .*learning_rate"):
         make_hparams("small", {"lr": 1})
+
+
+def test_run_pretraining_longer_continuation_phase_copies_position_embeddings(trained, tmp_path):
+    """Resume at max_seq_length 64 after 32: rows 32..63 start as copies of the trained 0..31."""
+    import shutil
+    import numpy as np
+    from data.default_corpus import build_default_pretraining_data, default_vocab_file
+    from model import ConvBertModel
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained[0], model_dir)
+    before = np.asarray(
+        ConvBertModel.from_pretrained(str(model_dir)).embeddings.position_embeddings)
+    build_default_pretraining_data(str(tmp_path / "data64"), max_seq_length=64, num_shards=1)
+    data64 = (str(tmp_path / "data64" / "pretrain_data.tfrecord*"), default_vocab_file())
+    hparams = tiny_hparams(max_seq_length=64, learning_rate=1e-6)
+    proc = run_driver(data64, model_dir, hparams, "--num_train_steps=41", "--seed=3",
+                      "--keep_checkpoint_max=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "max_seq_length 32 -> 64: position embeddings 32..63" in proc.stdout
+    after = np.asarray(ConvBertModel.from_pretrained(str(model_dir)).embeddings.position_embeddings)
+    assert np.abs(after[32:64] - before[:32]).max() < 1e-4
+    assert np.abs(after[64:] - before[64:]).max() < 1e-4  # never trained, left as they were
