@@ -6,7 +6,7 @@
 #     MODEL_DIR=out/glue_small scripts/glue/run_all.sh [extra run_finetuning flags, e.g. --do_predict]
 #
 # TASKS (default "cola sst mrpc sts qqp mnli qnli rte") picks tasks; a task whose data directory is
-# missing under DATA_DIR is skipped with a note. Other variables as in scripts/glue/<task>.sh.
+# missing under DATA_DIR is skipped with a note. Other variables as in scripts/glue/common.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export MODEL_SIZE="${MODEL_SIZE:-small}"
