@@ -22,42 +22,55 @@ directory, malformed TSV row, unknown label or task) stops with a one-line error
 from __future__ import annotations
 
 import glob
+import functools
 import json
 import os
 import sys
 
 from absl import app, flags
 
-FLAGS = flags.FLAGS
+# Our own flag registry, not absl's global one: run_pretraining.py defines flags of the same names
+# (model_size, seed, ...), and both drivers must be importable in one process (tests, notebooks).
+FLAGS = flags.FlagValues()
 
-flags.DEFINE_string("data_dir", None, "GLUE data dir (<data_dir>/<TASK>/{train,dev,test}.tsv); "
+
+class _Flags:
+    """`flags.DEFINE_*` bound to this driver's registry."""
+
+    def __getattr__(self, name):
+        return functools.partial(getattr(flags, name), flag_values=FLAGS)
+
+
+_flags = _Flags()
+
+_flags.DEFINE_string("data_dir", None, "GLUE data dir (<data_dir>/<TASK>/{train,dev,test}.tsv); "
                     "SQuAD files are looked up in <data_dir>/squad/ (or <data_dir>/).")
-flags.DEFINE_string("task_names", None, "Comma list: cola,sst,mrpc,sts,qqp,mnli,qnli,rte,wnli,"
+_flags.DEFINE_string("task_names", None, "Comma list: cola,sst,mrpc,sts,qqp,mnli,qnli,rte,wnli,"
                     "squad (SQuAD 2.0),squadv1 (SQuAD 1.1).")
-flags.DEFINE_string("init_checkpoint", None, "Pre-training model_dir, native export, official TF1 "
+_flags.DEFINE_string("init_checkpoint", None, "Pre-training model_dir, native export, official TF1 "
                     "checkpoint or Hugging Face ConvBERT dir. None: random weights (WARNING).")
-flags.DEFINE_string("model_size", None, "small, medium-small or base (default: small). Sets the "
+_flags.DEFINE_string("model_size", None, "small, medium-small or base (default: small). Sets the "
                     "learning rate and, without a checkpoint, the architecture.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab (BERT uncased). Default: vocab.txt next "
+_flags.DEFINE_string("vocab_file", None, "WordPiece vocab (BERT uncased). Default: vocab.txt next "
                     "to the checkpoint.")
-flags.DEFINE_string("model_dir", None, "Output directory (results/, tensorboard/).")
-flags.DEFINE_string("hparams", None, "JSON object or path to a JSON file of hparams "
+_flags.DEFINE_string("model_dir", None, "Output directory (results/, tensorboard/).")
+_flags.DEFINE_string("hparams", None, "JSON object or path to a JSON file of hparams "
                     "(finetune/hparams.py); unknown keys are an error.")
-flags.DEFINE_integer("num_trials", None, "Fine-tuning runs per task (the papers report the "
+_flags.DEFINE_integer("num_trials", None, "Fine-tuning runs per task (the papers report the "
                      "median of 9 for GLUE). Default 1.")
-flags.DEFINE_integer("seed", None, "Random seed of the first trial (trial k uses seed + k - 1).")
-flags.DEFINE_bool("do_train", True, "Fine-tune on the train split.")
-flags.DEFINE_bool("do_eval", True, "Evaluate on the dev split and write dev predictions/metrics.")
-flags.DEFINE_bool("do_predict", False, "Predict the test split(s) and write leaderboard files.")
-flags.DEFINE_integer("max_seq_length", None, "Default 128 (512 for SQuAD).")
-flags.DEFINE_integer("train_batch_size", None, "Default 32.")
-flags.DEFINE_float("num_train_epochs", None, "Default 3 (RTE/STS-B 10, SQuAD 2).")
-flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (smoke tests).")
-flags.DEFINE_float("learning_rate", None, "Peak learning rate (default 3e-4 small/medium-small, "
+_flags.DEFINE_integer("seed", None, "Random seed of the first trial (trial k uses seed + k - 1).")
+_flags.DEFINE_bool("do_train", True, "Fine-tune on the train split.")
+_flags.DEFINE_bool("do_eval", True, "Evaluate on the dev split and write dev predictions/metrics.")
+_flags.DEFINE_bool("do_predict", False, "Predict the test split(s) and write leaderboard files.")
+_flags.DEFINE_integer("max_seq_length", None, "Default 128 (512 for SQuAD).")
+_flags.DEFINE_integer("train_batch_size", None, "Default 32.")
+_flags.DEFINE_float("num_train_epochs", None, "Default 3 (RTE/STS-B 10, SQuAD 2).")
+_flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (smoke tests).")
+_flags.DEFINE_float("learning_rate", None, "Peak learning rate (default 3e-4 small/medium-small, "
                    "1e-4 base).")
-flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
-flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
-flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (medians over trials) "
+_flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
+_flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
+_flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (medians over trials) "
                   "from <model_dir>/results and exit.")
 
 GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),
@@ -565,6 +578,20 @@ def _user_error_types():
     return tuple(types)
 
 
+def parse_flags(argv):
+    """absl's parser for this driver's registry; --help prints its flags."""
+    if any(arg in ("-h", "--help", "--helpshort", "--helpfull") for arg in argv[1:]):
+        print(__doc__)
+        print(FLAGS.get_help())
+        sys.exit(0)
+    try:
+        remaining = FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"ERROR: {e}")
+    flags.FLAGS(argv[:1])  # absl's app insists its global registry is parsed too
+    return remaining
+
+
 def main(argv):
     if len(argv) > 1:
         print(f"ERROR: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
@@ -581,4 +608,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

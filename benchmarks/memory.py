@@ -48,19 +48,16 @@ def child(kind, impl, batch, seq_len, repeats):
         grads = tape.gradient(loss, [x] + block.trainable_variables)
         return tf.add_n([tf.reduce_sum(g) for g in grads])
 
-    fwd_bwd(tf.zeros((1, seq_len, 768)))
+    fwd_bwd(tf.zeros((1, seq_len, 768))).numpy()
+    fwd_bwd(tf.zeros((1, seq_len, 768))).numpy()
     x = tf.constant(np.random.default_rng(0).standard_normal((batch, seq_len, 768)).astype("float32"))
-    fwd_bwd(x).numpy()          # warm-up at the measured shape (oneDNN primitives, caches)
     libc = ctypes.CDLL("libc.so.6")
-    deltas = []
-    for _ in range(repeats):
-        libc.malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        base = _status("VmRSS")
-        fwd_bwd(x).numpy()
-        deltas.append(_status("VmHWM") - base)
-    return deltas
+    libc.malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    base = _status("VmRSS")
+    fwd_bwd(x).numpy()
+    return [_status("VmHWM") - base]
 
 
 def main():
@@ -80,10 +77,11 @@ def main():
     env = {"MALLOC_MMAP_THRESHOLD_": "65536", "KERAS_BACKEND": "tensorflow"}
     results = {}
     for kind, impl in [("self", "-")] + [("mixed", i) for i in args.impls.split(",")]:
-        out = common.run_subprocess([os.path.abspath(__file__), "--child", kind, impl, "--batch",
-                                     str(args.batch), "--seq", str(args.seq), "--repeats",
-                                     str(args.repeats)], env=env)
-        deltas = json.loads(out.split("DELTAS ", 1)[1])
+        deltas = []
+        for _ in range(args.repeats):   # one fresh process per measurement
+            out = common.run_subprocess([os.path.abspath(__file__), "--child", kind, impl, "--batch",
+                                         str(args.batch), "--seq", str(args.seq)], env=env)
+            deltas += json.loads(out.split("DELTAS ", 1)[1])
         results[(kind, impl)] = common.median(deltas)
         print(f"{kind:6} {impl:12} peak extra {results[(kind, impl)] / 2**20:8.1f} MiB  "
               f"(runs: {', '.join(f'{d / 2**20:.1f}' for d in deltas)})", flush=True)

@@ -21,7 +21,7 @@ from model.transformer_layer import ConvBertLayer
 
 @keras.saving.register_keras_serializable(package="convbert")
 class ConvBertModel(keras.Model):
-    def __init__(self, config, embeddings=None, conv_implementation="shifted_sum", **kwargs):
+    def __init__(self, config, embeddings=None, conv_implementation="auto", **kwargs):
         if isinstance(config, dict):
             config = ConvBertConfig.from_dict(config)
         kwargs.setdefault("name", "convbert")

@@ -9,7 +9,7 @@ from model.heads import MaskedLMHead
 
 @keras.saving.register_keras_serializable(package="convbert")
 class ConvBertMaskedLM(keras.Model):
-    def __init__(self, config, conv_implementation="shifted_sum", **kwargs):
+    def __init__(self, config, conv_implementation="auto", **kwargs):
         if isinstance(config, dict):
             config = ConvBertConfig.from_dict(config)
         kwargs.setdefault("name", "convbert_masked_lm")

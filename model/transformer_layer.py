@@ -24,7 +24,7 @@ class ConvBertLayer(keras.layers.Layer):
     def __init__(self, hidden_size, num_heads, head_size, intermediate_size, num_groups=1,
                  conv_type="sdconv", conv_kernel_size=9, hidden_act="gelu",
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                 initializer_range=0.02, layer_norm_eps=1e-12, conv_implementation="shifted_sum",
+                 initializer_range=0.02, layer_norm_eps=1e-12, conv_implementation="auto",
                  **kwargs):
         super().__init__(**kwargs)
         self._args = dict(hidden_size=hidden_size, num_heads=num_heads, head_size=head_size,

@@ -48,7 +48,7 @@ class ElectraPretrainer(keras.Model):
     def __init__(self, disc_config, gen_config=None, electra_objective=True, mask_prob=0.15,
                  max_predictions_per_seq=19, gen_weight=1.0, disc_weight=50.0, temperature=1.0,
                  disallow_correct=False, seed=0, cls_id=masking.CLS_ID, sep_id=masking.SEP_ID,
-                 mask_id=masking.MASK_ID, conv_implementation="shifted_sum", **kwargs):
+                 mask_id=masking.MASK_ID, conv_implementation="auto", **kwargs):
         kwargs.setdefault("name", "electra_pretrainer")
         super().__init__(**kwargs)
         if isinstance(disc_config, dict):

@@ -132,7 +132,8 @@ class Trainer:
             if not self.pretrainer.built or not self.pretrainer.trainable_variables:
                 self._build_by_calling()
             self.schedule = optimization.linear_warmup_linear_decay(
-                hp.learning_rate, hp.num_warmup_steps, hp.num_train_steps)
+                hp.learning_rate, hp.num_warmup_steps, hp.num_train_steps,
+                power=hp.lr_decay_power)
             self.optimizer = self._make_optimizer(optimization)
             self.loss_scaled = hp.precision == "mixed_float16"
             if self.loss_scaled:
@@ -158,23 +159,10 @@ class Trainer:
                         training=False)
 
     def _make_optimizer(self, optimization):
-        hp = self.hp
-        for name in ("AdamWeightDecay", "ElectraAdamW", "AdamW"):
-            cls = getattr(optimization, name, None)
-            if cls is not None:
-                break
-        else:  # pragma: no cover
-            raise TrainingError("model/optimization.py has no ELECTRA AdamW optimizer class")
-        import inspect
-        params = inspect.signature(cls.__init__).parameters
-        kwargs = {"learning_rate": self.schedule}
-        if "weight_decay_rate" in params:
-            kwargs["weight_decay_rate"] = hp.weight_decay_rate
-        elif "weight_decay" in params:
-            kwargs["weight_decay"] = hp.weight_decay_rate
-        if "clip_norm" in params:
-            kwargs["clip_norm"] = hp.clip_norm
-        return cls(**kwargs)
+        """ELECTRA's AdamW; weight-decay exclusion (LayerNorm, bias) matched on official names."""
+        return optimization.AdamWeightDecay(
+            self.schedule, weight_decay_rate=self.hp.weight_decay_rate,
+            clip_norm=self.hp.clip_norm, name_map=self._weight_map())
 
     def _weight_map(self):
         if hasattr(self.pretrainer, "weight_map"):
@@ -224,8 +212,8 @@ class Trainer:
         # one device). Any other optimizer (or loss scaling, which must unscale before clipping)
         # gets the gradients all-reduced and clipped here first.
         reduce_in_optimizer = (not loss_scaled and
-                               isinstance(optimizer, getattr(optimization, "AdamWeightDecay", ()))
-                               and getattr(optimizer, "clip_norm", None) == hp.clip_norm)
+                               isinstance(optimizer, optimization.AdamWeightDecay)
+                               and optimizer.clip_norm == (hp.clip_norm or None))
 
         def compute(batch, step, gen_den, disc_den):
             """Forward + backward of one replica (no collectives inside: XLA-compilable)."""
@@ -282,7 +270,10 @@ class Trainer:
             if loss_scaled:
                 scale = tf.cast(optimizer.dynamic_scale, tf.float32)
                 dense = [g / scale for g in dense]
-            dense, grad_norm = tf.clip_by_global_norm(dense, hp.clip_norm)
+            if hp.clip_norm:
+                dense, grad_norm = tf.clip_by_global_norm(dense, hp.clip_norm)
+            else:
+                grad_norm = tf.linalg.global_norm(dense)
             # The optimizer sums gradients over replicas again: hand it 1/N of the total each.
             factor = (scale if loss_scaled else 1.0) / num_replicas
             if loss_scaled or num_replicas > 1:

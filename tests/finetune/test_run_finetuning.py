@@ -389,11 +389,18 @@ def test_hparams_overrides(tmp_path):
 
 
 def test_glue_scripts_exist_and_use_paper_hparams():
+    """Each task script runs run_finetuning.py with its task and the paper's epochs / lr."""
     scripts = REPO_ROOT / "scripts" / "glue"
     for task in ("cola", "sst", "mrpc", "sts", "qqp", "mnli", "qnli", "rte", "wnli"):
-        text = (scripts / f"{task}.sh").read_text()
-        assert f"--task_names {task}" in text or f"--task_names={task}" in text
-        assert "run_finetuning.py" in text
+        for size, lr in (("small", "3e-4"), ("base", "1e-4")):
+            env = dict(os.environ, PYTHON="echo", MODEL_SIZE=size)
+            out = subprocess.run(["bash", str(scripts / f"{task}.sh"), "--do_predict"], env=env,
+                                 capture_output=True, text=True, check=True).stdout.split()
+            assert out[0] == "run_finetuning.py" and out[-1] == "--do_predict"
+            flags_ = dict(zip(out[1:-1:2], out[2:-1:2]))
+            assert flags_["--task_names"] == task and flags_["--learning_rate"] == lr
+            assert flags_["--num_train_epochs"] == ("10" if task in ("rte", "sts") else "3")
+            assert (flags_["--train_batch_size"], flags_["--max_seq_length"]) == ("32", "128")
     assert "print_glue_table" in (scripts / "run_all.sh").read_text()
     for name in ("squad_v1.sh", "squad_v2.sh"):
         assert "run_finetuning.py" in (REPO_ROOT / "scripts" / name).read_text()

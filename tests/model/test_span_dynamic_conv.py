@@ -99,11 +99,11 @@ for i, (b, t, n, d, k) in enumerate(cases):
     v = jnp.asarray(rng.standard_normal((b, t, n, d)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((b, t, n, k)), jnp.float32)
     c = jnp.asarray(rng.standard_normal((b, t, n, d)), jnp.float32)
-    def run(fn):
-        f = jax.jit(lambda v, w: fn(v, w))
-        out = f(v, w)
-        grads = jax.jit(jax.grad(lambda v, w: jnp.sum(fn(v, w) * c), argnums=(0, 1)))(v, w)
-        return [out, *grads]
+    def run(fn):   # forward and the vjp (gradients for cotangent c) in one compiled function
+        def both(v, w):
+            out, vjp = jax.vjp(fn, v, w)
+            return (out, *vjp(c))
+        return list(jax.jit(both)(v, w))
     ref = run(dynamic_conv_unfold)
     for impl in ("shifted_sum", "band"):
         got = run(_DYNAMIC_CONV[impl])
