@@ -157,6 +157,7 @@ def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):
     num_heads = hidden_size // head_size
     head_ratio = max(1, num_heads // heads_n)
     return ConvBertConfig(
+        use_self_attention=self_scope + "key/kernel" in variables,
         vocab_size=int(vocab_size), embedding_size=int(embedding_size), hidden_size=int(hidden_size),
         num_hidden_layers=len(layers), num_attention_heads=int(num_heads), head_ratio=int(head_ratio),
         conv_kernel_size=int(kernel_size), num_groups=int(num_groups), conv_type=conv_type,

@@ -49,6 +49,9 @@ class ConvBertConfig:
     conv_kernel_size: int = 9
     num_groups: int = 1
     conv_type: str = "sdconv"
+    # False drops the self-attention heads: a convolution-only model (only the query stays, as
+    # the kernel generator's input). Not in the official code; an ablation.
+    use_self_attention: bool = True
     intermediate_size: int = 3072
     hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
@@ -87,7 +90,7 @@ class ConvBertConfig:
     @property
     def context_width(self) -> int:
         """Input width of the attention output dense: attention heads ‖ convolution heads."""
-        return self.attention_width * (2 if self.conv_type != "none" else 1)
+        return self.attention_width * (int(self.use_self_attention) + int(self.conv_type != "none"))
 
     # ---------------------------------------------------------------- validation
     def validate(self):
@@ -103,6 +106,10 @@ class ConvBertConfig:
                  f"{name} must be a positive integer, got {value!r}")
         need(self.conv_type in CONV_TYPES,
              f"unknown conv_type {self.conv_type!r}; choose one of {', '.join(CONV_TYPES)}")
+        need(isinstance(self.use_self_attention, bool),
+             f"use_self_attention must be true or false, got {self.use_self_attention!r}")
+        need(self.use_self_attention or self.conv_type != "none",
+             "use_self_attention=false needs a convolution (conv_type other than 'none')")
         need(self.hidden_size % self.num_attention_heads == 0,
              f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
              f"{self.num_attention_heads}")

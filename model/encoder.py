@@ -46,7 +46,8 @@ class ConvBertModel(keras.Model):
                           config.intermediate_size, config.num_groups, config.conv_type,
                           config.conv_kernel_size, config.hidden_act, config.hidden_dropout_prob,
                           config.attention_probs_dropout_prob, config.initializer_range,
-                          config.layer_norm_eps, conv_implementation, name=f"layer_{i}")
+                          config.layer_norm_eps, conv_implementation,
+                          config.use_self_attention, name=f"layer_{i}")
             for i in range(config.num_hidden_layers)]
         self.build()
 
@@ -77,7 +78,8 @@ class ConvBertModel(keras.Model):
             hidden = layer(hidden, bias, training=training, return_attention_probs=output_attentions)
             if output_attentions:
                 hidden, probs = hidden
-                attention_probs.append(probs)
+                if probs is not None:
+                    attention_probs.append(probs)
             hidden_states.append(hidden)
         if not (output_hidden_states or output_attentions):
             return hidden

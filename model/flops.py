@@ -31,7 +31,7 @@ OUTPUT_FRAC = 0.15625
 def layer_parameters(cfg: ConvBertConfig) -> int:
     h, a, c = cfg.hidden_size, cfg.attention_width, cfg.context_width
     n, k, i, g = cfg.num_self_attention_heads, cfg.conv_kernel_size, cfg.intermediate_size, cfg.num_groups
-    p = 3 * (h * a + a)                                   # query, key, value
+    p = (3 if cfg.use_self_attention else 1) * (h * a + a)  # query, key, value
     if cfg.conv_type == "sdconv":
         p += k * h + h * a + a                            # separable conv: depthwise, pointwise, bias
     if cfg.conv_type in ("sdconv", "dynamic"):
@@ -68,6 +68,8 @@ def attention_flops(cfg: ConvBertConfig, seq_len: int, include_output=True) -> d
              attention_scores=2 * a * s, attn_softmax=SOFTMAX_FLOPS * s * n,
              attention_dropout=DROPOUT_FLOPS * s * n, attention_scale=s * n,
              attention_weighted_avg_values=2 * a * s)
+    if not cfg.use_self_attention:  # convolution-only ablation: the query alone remains
+        f = dict(kqv=2 * h * a, kqv_bias=a)
     if cfg.conv_type == "sdconv":
         f.update(span_depthwise=2 * k * h, span_pointwise=2 * h * a + a, query_times_key=a)
     if cfg.conv_type in ("sdconv", "dynamic"):

@@ -138,7 +138,7 @@ def config_from_hf(hf_config: dict, where="config.json") -> ConvBertConfig:
 
 
 def config_to_hf(config: ConvBertConfig) -> dict:
-    if config.conv_type != "sdconv":
+    if config.conv_type != "sdconv" or not config.use_self_attention:
         raise ConfigError(f"Hugging Face ConvBERT has no conv_type {config.conv_type!r} "
                           "(only span-based dynamic convolution); save with format='keras'")
     d = {k: getattr(config, k) for k in _SHARED_CONFIG_FIELDS}

@@ -29,8 +29,11 @@ def attention_bias_from_mask(input_mask, dtype="float32"):
 class MixedAttention(keras.layers.Layer):
     def __init__(self, num_heads, head_size, conv_type="sdconv", conv_kernel_size=9,
                  attention_probs_dropout_prob=0.1, initializer_range=0.02,
-                 conv_implementation="auto", **kwargs):
+                 conv_implementation="auto", use_self_attention=True, **kwargs):
         super().__init__(**kwargs)
+        if not use_self_attention and conv_type == "none":
+            raise ValueError("MixedAttention needs self-attention or convolution heads")
+        self.use_self_attention = use_self_attention
         self.num_heads = num_heads
         self.head_size = head_size
         self.conv_type = conv_type
@@ -52,7 +55,7 @@ class MixedAttention(keras.layers.Layer):
                 name="span_dynamic_conv")
 
     def build(self, input_shape):
-        for layer in (self.query, self.key, self.value):
+        for layer in (self.query, self.key, self.value)[:3 if self.use_self_attention else 1]:
             layer.build(input_shape)
         if self.span_dynamic_conv is not None:
             self.span_dynamic_conv.build(
@@ -76,6 +79,9 @@ class MixedAttention(keras.layers.Layer):
           never the K-times larger unfold (unless asked for, as the reference).
         """
         from model.span_dynamic_conv import _DYNAMIC_CONV, band_matrix, resolve_implementation
+        if not self.use_self_attention:  # convolution-only ablation: the query only feeds the kernel
+            context = self.span_dynamic_conv((hidden, self.query(hidden)))
+            return (context, None) if return_attention_probs else context
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
         n, d = self.num_heads, self.head_size
         width = n * d
@@ -128,6 +134,8 @@ class MixedAttention(keras.layers.Layer):
         """The straightforward formulation (separate projections, unfold-free layer call)."""
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
         query = self.query(hidden)
+        if not self.use_self_attention:
+            return self.span_dynamic_conv((hidden, query))
 
         def heads(x):
             return ops.reshape(x, (batch, seq_len, self.num_heads, self.head_size))
@@ -147,7 +155,7 @@ class MixedAttention(keras.layers.Layer):
     def weight_map(self):
         """Official TF1 names relative to `.../attention/self/`."""
         names = {}
-        for name in ("query", "key", "value"):
+        for name in ("query", "key", "value")[:3 if self.use_self_attention else 1]:
             layer = getattr(self, name)
             names[f"{name}/kernel"] = layer.kernel
             names[f"{name}/bias"] = layer.bias
@@ -160,4 +168,5 @@ class MixedAttention(keras.layers.Layer):
                 "conv_type": self.conv_type, "conv_kernel_size": self.conv_kernel_size,
                 "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
                 "initializer_range": self.initializer_range,
-                "conv_implementation": self.conv_implementation}
+                "conv_implementation": self.conv_implementation,
+                "use_self_attention": self.use_self_attention}

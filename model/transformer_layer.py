@@ -25,7 +25,7 @@ class ConvBertLayer(keras.layers.Layer):
                  conv_type="sdconv", conv_kernel_size=9, hidden_act="gelu",
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                  initializer_range=0.02, layer_norm_eps=1e-12, conv_implementation="auto",
-                 **kwargs):
+                 use_self_attention=True, **kwargs):
         super().__init__(**kwargs)
         self._args = dict(hidden_size=hidden_size, num_heads=num_heads, head_size=head_size,
                           intermediate_size=intermediate_size, num_groups=num_groups,
@@ -33,14 +33,15 @@ class ConvBertLayer(keras.layers.Layer):
                           hidden_act=hidden_act, hidden_dropout_prob=hidden_dropout_prob,
                           attention_probs_dropout_prob=attention_probs_dropout_prob,
                           initializer_range=initializer_range, layer_norm_eps=layer_norm_eps,
-                          conv_implementation=conv_implementation)
+                          conv_implementation=conv_implementation,
+                          use_self_attention=use_self_attention)
         self.num_groups = num_groups
         self.hidden_act = hidden_act
         self.act = activation(hidden_act)
         init = truncated_normal(initializer_range)
         self.attention = MixedAttention(num_heads, head_size, conv_type, conv_kernel_size,
                                         attention_probs_dropout_prob, initializer_range,
-                                        conv_implementation, name="self")
+                                        conv_implementation, use_self_attention, name="self")
         self.attention_output = keras.layers.Dense(hidden_size, kernel_initializer=init,
                                                    name="attention_output")
         self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob)
@@ -61,7 +62,7 @@ class ConvBertLayer(keras.layers.Layer):
     def build(self, input_shape):
         hidden = input_shape[-1]
         context_width = self._args["num_heads"] * self._args["head_size"] * (
-            1 if self._args["conv_type"] == "none" else 2)
+            int(self._args["use_self_attention"]) + int(self._args["conv_type"] != "none"))
         self.attention.build(input_shape)
         self.attention_output.build((*input_shape[:-1], context_width))
         self.attention_layer_norm.build(input_shape)
@@ -73,7 +74,7 @@ class ConvBertLayer(keras.layers.Layer):
         context = self.attention(hidden, attention_bias, training=training,
                                  return_attention_probs=return_attention_probs)
         if return_attention_probs:
-            context, probs = context
+            context, probs = context  # probs is None for a convolution-only model
         attention_out = self.attention_layer_norm(
             hidden + self.attention_dropout(self.attention_output(context), training=training))
         ffn = self.output_dense(self.act(self.intermediate(attention_out)))

@@ -64,6 +64,26 @@ def test_bottleneck_free_none_variant_is_exactly_electra(tmp_path):
     assert np.max(np.abs(theirs.numpy() - np.asarray(ours(x)))) < 1e-5
 
 
+def test_convolution_only_ablation(tmp_path):
+    """use_self_attention=False: only convolution heads (the query feeds the kernel generator)."""
+    config = ConvBertConfig(**TINY, head_ratio=1, use_self_attention=False)
+    model = ConvBertModel(config)
+    names = model.weight_map()
+    assert not any("/self/key/" in n or "/self/value/" in n for n in names)
+    assert tuple(names["electra/encoder/layer_0/attention/output/dense/kernel"].shape) == (64, 64)
+    out = model(tiny_inputs(), output_attentions=True)
+    assert out["sequence_output"].shape == (2, 12, 64) and out["attention_probs"] == []
+    model.save_pretrained(tmp_path, format="tf1")
+    (tmp_path / "convbert_config.json").unlink()  # the shapes alone say it has no self-attention
+    again = ConvBertModel.from_pretrained(tmp_path)
+    assert again.config == config
+    np.testing.assert_array_equal(np.asarray(again(tiny_inputs())), np.asarray(model(tiny_inputs())))
+    shipped = ConvBertConfig.from_name("ablation_small_conv_only")
+    assert not shipped.use_self_attention and shipped.context_width == shipped.hidden_size
+    with pytest.raises(ConfigError, match="needs a convolution"):
+        ConvBertConfig(**TINY, use_self_attention=False, conv_type="none")
+
+
 def test_dropout_only_when_training():
     model = ConvBertModel(ConvBertConfig(**TINY))
     x = tiny_inputs()
