@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Optional
+
+from model.config import ConfigError, read_json_object
 
 MODEL_SIZES = ("small", "medium-small", "base")
 # Peak learning rate per size (configure_finetuning.py).
@@ -168,21 +169,10 @@ def parse_hparams_arg(text: Optional[str]) -> tuple[dict, str]:
     """`--hparams` value (JSON string or path to a JSON file) -> ({key: value}, where)."""
     if not text:
         return {}, "--hparams"
-    where = "--hparams"
-    if not text.lstrip().startswith("{"):
-        where = text
-        if not os.path.isfile(text):
-            raise HParamsError(f"{text}: --hparams is neither a JSON object nor an existing file")
-        with open(text, encoding="utf-8") as f:
-            text = f.read()
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HParamsError(f"{where}: invalid JSON at line {e.lineno} column {e.colno}: "
-                           f"{e.msg}") from None
-    if not isinstance(value, dict):
-        raise HParamsError(f"{where}: expected a JSON object of hparams")
-    return value, where
+        return read_json_object(text, "--hparams")
+    except ConfigError as e:
+        raise HParamsError(str(e)) from None
 
 
 def load_hparams(hparams_arg: Optional[str] = None, **flag_overrides) -> FinetuneHParams:

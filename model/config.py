@@ -38,6 +38,28 @@ class ConfigError(ValueError):
     """A ConvBERT configuration that cannot describe a model."""
 
 
+def read_json_object(text_or_path: str, what: str = "JSON") -> tuple:
+    """A JSON object given inline ('{...}') or as a file path -> (dict, where it came from).
+
+    Used by `ConvBertConfig.from_json` and by both drivers' `--hparams`; errors name the file and
+    line and are raised as ConfigError.
+    """
+    text, where = text_or_path, what
+    if not text_or_path.lstrip().startswith("{"):
+        if not os.path.isfile(text_or_path):
+            raise ConfigError(f"{what} {text_or_path!r} is neither a JSON object nor an existing file")
+        where = text_or_path
+        with open(text_or_path, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    return value, where
+
+
 @dataclasses.dataclass
 class ConvBertConfig:
     vocab_size: int = 30522
@@ -165,17 +187,7 @@ class ConvBertConfig:
     @classmethod
     def from_json(cls, path_or_text: str, strict: bool = True) -> "ConvBertConfig":
         """Load from a JSON file path or a JSON string. Unknown keys are an error when `strict`."""
-        text, where = path_or_text, "JSON string"
-        if not path_or_text.lstrip().startswith("{"):
-            where = path_or_text
-            with open(path_or_text, encoding="utf-8") as f:
-                text = f.read()
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from None
-        if not isinstance(d, dict):
-            raise ConfigError(f"{where}: expected a JSON object")
+        d, where = read_json_object(path_or_text, "config")
         try:
             return cls.from_dict(d, strict=strict)
         except ConfigError as e:

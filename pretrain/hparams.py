@@ -24,6 +24,8 @@ import json
 import os
 from typing import Optional
 
+from model.config import ConfigError, read_json_object
+
 OFFICIAL_SIZES = ("small", "medium-small", "base")
 MODEL_SIZES = OFFICIAL_SIZES + ("tiny",)
 PRECISIONS = ("fp32", "bf16", "mixed_float16")
@@ -124,22 +126,10 @@ def parse_overrides(text):
         return {}
     if isinstance(text, dict):
         return dict(text)
-    where = "--hparams"
-    if not text.lstrip().startswith("{"):
-        if not os.path.exists(text):
-            raise HParamsError(f"--hparams {text!r} is neither a JSON object nor an existing "
-                               ".json file")
-        where = text
-        with open(text, encoding="utf-8") as f:
-            text = f.read()
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HParamsError(f"{where}: invalid JSON at line {e.lineno} column {e.colno}: "
-                           f"{e.msg}") from None
-    if not isinstance(value, dict):
-        raise HParamsError(f"{where}: expected a JSON object, got {type(value).__name__}")
-    return value
+        return read_json_object(text, "--hparams")[0]
+    except ConfigError as e:
+        raise HParamsError(str(e)) from None
 
 
 def _check_types(hp):
@@ -213,7 +203,7 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
 
 def model_config(hp, vocab_size):
     """The discriminator's ConvBertConfig for `hp` (vocab_size from the vocab file)."""
-    from model import ConfigError, ConvBertConfig
+    from model import ConvBertConfig
     fields = dict(vocab_size=vocab_size, conv_kernel_size=hp.conv_kernel_size,
                   head_ratio=hp.head_ratio, conv_type=hp.conv_type,
                   max_position_embeddings=hp.max_position_embeddings)
