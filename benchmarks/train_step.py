@@ -1,4 +1,5 @@
-"""Training-step speed (issue 7, P3), fp32 CPU, TF backend, graph mode (tf.function, no XLA).
+"""Training-step speed (issue 7, P3), fp32 CPU, TF backend, graph mode (tf.function; the RTD
+steps optionally under XLA with --rtd_jit_compile).
 
 1. MLM step, ConvBERT-small, b16 s128: forward + cross-entropy + backward + AdamW (wd 0.01),
    dropout on; ours (`ConvBertMaskedLM`) vs transformers' `ConvBertForMaskedLM` (PyTorch eager,
@@ -10,7 +11,7 @@
    loss, backward, AdamW): ConvBERT-small vs ELECTRA-small (head_ratio 1, conv_type "none"), both
    with the official small generator sizing (1/4 width), b16 s128 (or --rtd_batch).
 
-    python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd]
+    python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd] [--rtd_jit_compile]
 """
 import argparse
 import os
@@ -42,6 +43,8 @@ def main():
     ap.add_argument("--rtd_batch", type=int, default=16)
     ap.add_argument("--size", default="small")
     ap.add_argument("--rtd_impls", default="auto", help="conv implementations for the ConvBERT RTD step")
+    ap.add_argument("--rtd_jit_compile", action="store_true",
+                    help="compile the RTD steps with XLA (tf.function(jit_compile=True)), both models")
     ap.add_argument("--skip_mlm", action="store_true")
     ap.add_argument("--skip_hf", action="store_true")
     ap.add_argument("--skip_rtd", action="store_true")
@@ -148,7 +151,7 @@ def main():
         ropt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
         ropt.build(model.trainable_variables)
 
-        @tf.function
+        @tf.function(jit_compile=True if args.rtd_jit_compile else None)
         def rtd_step(step, model=model, ropt=ropt):
             with tf.GradientTape() as tape:
                 loss = model(batch, step, training=True)["total_loss"]
@@ -164,7 +167,8 @@ def main():
         n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
         print(f"# RTD {name}: {n_params:,d} trainable parameters (generator + discriminator + heads)")
     times = common.interleaved(steps, rounds=args.rounds, warmup=2)
-    print(f"## RTD step, {args.size}{' (tiny)' if args.tiny else ''}, b{rb} s{s}, fp32")
+    mode = "XLA (jit_compile)" if args.rtd_jit_compile else "TF graph"
+    print(f"## RTD step, {args.size}{' (tiny)' if args.tiny else ''}, b{rb} s{s}, fp32, {mode}")
     print(f"{'model':22} {'median s':>9} {'min s':>7} {'/ ELECTRA':>10}  pass (<= 1)")
     for name in steps:
         line = f"{name:22} {common.median(times[name]):9.3f} {min(times[name]):7.3f}"

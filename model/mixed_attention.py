@@ -75,10 +75,12 @@ class MixedAttention(keras.layers.Layer):
           so `weight_map()` / checkpoint loading are unchanged);
         * heads are laid out [B, N, T, d] once, with one transpose for all projections;
         * the 1/sqrt(d) scale is applied to q ([T, d]) instead of the scores ([T, T]);
-        * the convolution heads are a band matmul (short T) or a fused shifted sum (long T),
-          never the K-times larger unfold (unless asked for, as the reference).
+        * the convolution heads are a band matmul (short T), blocked band matmuls (long T) or a
+          fused shifted sum (XLA), never the K-times larger unfold (unless asked for).
         """
-        from model.span_dynamic_conv import _DYNAMIC_CONV, band_matrix, resolve_implementation
+        from model.span_dynamic_conv import (_DYNAMIC_CONV, BAND_BLOCK, band_matrix,
+                                             dynamic_conv_blocked_band_heads_first,
+                                             resolve_implementation)
         if not self.use_self_attention:  # convolution-only ablation: the query only feeds the kernel
             context = self.span_dynamic_conv((hidden, self.query(hidden)))
             return (context, None) if return_attention_probs else context
@@ -117,6 +119,15 @@ class MixedAttention(keras.layers.Layer):
             mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
             values = ops.reshape(heads[:, 2:4], (batch, 2 * n, seq_len, d))
             context = ops.matmul(mixers, values)                                # [B, 2N, T, d]
+            context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
+        elif implementation == "blocked_band":
+            # Long T: blocks of BAND_BLOCK rows (the full band would cost as much as attention);
+            # both halves stay heads-first so one transpose builds the concatenated context.
+            conv_kernel = ops.transpose(
+                ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size)), (0, 2, 1, 3))
+            conv = dynamic_conv_blocked_band_heads_first(heads[:, 3], ops.cast(conv_kernel, dtype),
+                                                         BAND_BLOCK)            # [B, N, T, d]
+            context = ops.concatenate([ops.matmul(dropped, heads[:, 2]), conv], axis=1)
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
         else:
             context = ops.matmul(dropped, heads[:, 2])

@@ -23,11 +23,14 @@ from keras import ops
 
 from model.initializers import truncated_normal
 
-# "auto" picks, per backend, what measured fastest on CPU (docs/PERFORMANCE.md, issue 7):
-# the band matmul for short sequences, the shifted sum otherwise. "unfold" is the reference only.
-CONV_IMPLEMENTATIONS = ("auto", "shifted_sum", "band", "unfold")
-# Longest sequence for which "auto" uses the band matmul (its cost grows as T^2, the sum's as T·K).
+# "auto" picks, per backend, what measured fastest on CPU (docs/PERFORMANCE.md, issue 7): in TF
+# graph mode the full band for short sequences and the blocked band beyond, under XLA the shifted
+# sum. "unfold" is the reference only.
+CONV_IMPLEMENTATIONS = ("auto", "shifted_sum", "band", "blocked_band", "unfold")
+# Longest sequence for which "auto" uses the full [T, T] band (its cost grows as T^2).
 BAND_MAX_LENGTH = 256
+# Rows per block of the blocked band (its cost grows as T·(BAND_BLOCK + K)).
+BAND_BLOCK = 64
 
 
 def dynamic_conv_shifted_sum(values, kernel):
@@ -51,33 +54,79 @@ def dynamic_conv_shifted_sum(values, kernel):
 def band_matrix(kernel):
     """[..., T, K] per-row kernels -> [..., T, T] band matrix W[t, s] = kernel[t, s - t + (K-1)/2].
 
-    Pure pad / reshape / slice (no one-hot constant, no gather): each row is padded with T zeros
-    to length T+K, the rows are flattened and the last T zeros dropped, so that reading the result
-    as rows of length T+K-1 shifts row t right by t ("skewing"). Entries outside [0, K) are zero,
-    which is exactly the zero padding at the sequence edges. Works for T < K too.
+    The skewed rows (`skewed_rows`) with the (K-1)/2 edge columns cut off on each side: entries
+    outside [0, K) are zero, which is exactly the zero padding at the sequence edges. Works for
+    T < K too.
+    """
+    pad = (kernel.shape[-1] - 1) // 2
+    seq_len = ops.shape(kernel)[-2]
+    return skewed_rows(kernel)[..., pad:pad + seq_len]                          # [..., T, T]
+
+
+def skewed_rows(kernel):
+    """[..., R, K] per-row kernels -> [..., R, R+K-1], row r holding its kernel at columns r..r+K-1.
+
+    Pure pad / reshape / slice (no one-hot constant, no gather): each row is padded with R zeros
+    to length R+K, the rows are flattened and the last R zeros dropped, so that reading the result
+    as rows of length R+K-1 shifts row r right by r ("skewing").
+    """
+    kernel_size = kernel.shape[-1]
+    shape = ops.shape(kernel)
+    lead, rows = tuple(shape[:-2]), shape[-2]
+    width = rows + kernel_size - 1
+    padded = ops.pad(kernel, [[0, 0]] * (len(kernel.shape) - 1) + [[0, rows]])   # [..., R, R+K]
+    flat = ops.reshape(padded, (*lead, rows * (width + 1)))
+    return ops.reshape(flat[..., :rows * width], (*lead, rows, width))
+
+
+def dynamic_conv_blocked_band_heads_first(values, kernel, block):
+    """values [B, N, T, d], kernel [B, N, T, K] -> [B, N, T, d] as block-diagonal band matmuls.
+
+    The sequence is cut into blocks of `block` rows; block j's rows only read the window of
+    block + K - 1 positions around it, so each block is one small [block, block+K-1] @
+    [block+K-1, d] matmul: the band's cost grows as T·(block+K) instead of T², and it is still
+    all batched matmul, pad, reshape and one concat (fast forward *and* backward on CPU, where
+    the shifted sum's 2K full-size elementwise passes are memory-bound).
     """
     kernel_size = kernel.shape[-1]
     pad = (kernel_size - 1) // 2
-    shape = ops.shape(kernel)
-    lead, seq_len = tuple(shape[:-2]), shape[-2]
-    width = seq_len + kernel_size - 1
-    rows = ops.pad(kernel, [[0, 0]] * (len(kernel.shape) - 1) + [[0, seq_len]])   # [..., T, T+K]
-    flat = ops.reshape(rows, (*lead, seq_len * (width + 1)))
-    skewed = ops.reshape(flat[..., :seq_len * width], (*lead, seq_len, width))    # [..., T, T+K-1]
-    return skewed[..., pad:pad + seq_len]
-
-
-def dynamic_conv_band_heads_first(values, kernel):
-    """values [B, N, T, d], kernel [B, N, T, K] -> [B, N, T, d] as one batched matmul (the
-    "expanded" form of fairseq): cheap for short T, where a [T, T] band per head is small."""
-    return ops.matmul(band_matrix(kernel), values)
+    if block < kernel_size - 1:
+        raise ValueError(f"band block {block} must be at least kernel_size - 1 = {kernel_size - 1}")
+    shape = ops.shape(values)
+    batch, heads, seq_len, width = shape[0], shape[1], shape[2], shape[3]
+    num_blocks = -(-seq_len // block)
+    rows = num_blocks * block
+    # Rows past T get zero kernels; their outputs are sliced off.
+    kernel = ops.pad(kernel, [[0, 0], [0, 0], [0, rows - seq_len], [0, 0]])
+    band = skewed_rows(ops.reshape(kernel, (batch, heads, num_blocks, block, kernel_size)))
+    # Window j = positions [j*block - pad, (j+1)*block + K-1 - pad): block j of the padded
+    # values followed by the first K-1 rows of block j+1.
+    padded = ops.pad(values, [[0, 0], [0, 0], [pad, rows + block - seq_len - pad], [0, 0]])
+    blocks = ops.reshape(padded, (batch, heads, num_blocks + 1, block, width))
+    windows = ops.concatenate([blocks[:, :, :num_blocks],
+                               blocks[:, :, 1:, :kernel_size - 1]], axis=3)
+    out = ops.matmul(band, windows)                          # [B, N, nb, block, d]
+    out = ops.reshape(out, (batch, heads, rows, width))
+    static = isinstance(rows, int) and isinstance(seq_len, int)
+    return out if static and rows == seq_len else out[:, :, :seq_len]
 
 
 def dynamic_conv_band(values, kernel):
-    """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) via the band matmul."""
+    """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) as one batched matmul
+    with a [T, T] band per head (the "expanded" form of fairseq): cheap for short T only."""
     kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel.shape[-1]))
-    out = dynamic_conv_band_heads_first(ops.transpose(values, (0, 2, 1, 3)),
-                                        ops.transpose(kernel, (0, 2, 1, 3)))
+    out = ops.matmul(band_matrix(ops.transpose(kernel, (0, 2, 1, 3))),
+                     ops.transpose(values, (0, 2, 1, 3)))
+    return ops.transpose(out, (0, 2, 1, 3))
+
+
+def dynamic_conv_blocked_band(values, kernel, block=None):
+    """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) via block-diagonal band
+    matmuls of `block` rows (default BAND_BLOCK)."""
+    kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel.shape[-1]))
+    out = dynamic_conv_blocked_band_heads_first(ops.transpose(values, (0, 2, 1, 3)),
+                                                ops.transpose(kernel, (0, 2, 1, 3)),
+                                                block or BAND_BLOCK)
     return ops.transpose(out, (0, 2, 1, 3))
 
 
@@ -97,13 +146,15 @@ def compiled_by_xla():
 
 def resolve_implementation(implementation, seq_len=None):
     """The concrete implementation "auto" stands for (measured on CPU, docs/PERFORMANCE.md):
-    under XLA (JAX, TF jit_compile) the fused shifted sum; in TF graph / eager mode the band
-    matmul up to BAND_MAX_LENGTH tokens (static length), the shifted sum beyond."""
+    under XLA (JAX, TF jit_compile) the fused shifted sum; in TF graph / eager mode the full band
+    up to BAND_MAX_LENGTH tokens (static length), the blocked band beyond (or when T is unknown)."""
     if implementation != "auto":
         return implementation
-    if not compiled_by_xla() and seq_len is not None and seq_len <= BAND_MAX_LENGTH:
+    if compiled_by_xla():
+        return "shifted_sum"
+    if seq_len is not None and seq_len <= BAND_MAX_LENGTH:
         return "band"
-    return "shifted_sum"
+    return "blocked_band"
 
 
 def depthwise_conv_shifted_sum(x, depthwise_kernel):
@@ -136,6 +187,7 @@ def dynamic_conv_unfold(values, kernel):
 
 
 _DYNAMIC_CONV = {"shifted_sum": dynamic_conv_shifted_sum, "band": dynamic_conv_band,
+                 "blocked_band": dynamic_conv_blocked_band,
                  "unfold": dynamic_conv_unfold}
 
 

@@ -14,8 +14,19 @@ import pytest
 
 from tests.conftest import REPO_ROOT, keras_backend
 
-FAST = ("shifted_sum", "band")
-CASES = [(2, 5, 3, 8, 9), (1, 13, 2, 4, 7)]   # T < K; T > K with K = 7
+FAST = ("shifted_sum", "band", "blocked_band")
+CASES = [(2, 5, 3, 8, 9), (1, 13, 2, 4, 7), (2, 21, 2, 4, 9)]   # T < K; K = 7; 3 blocks of 8
+
+
+def _conv_fn(impl):
+    """`values [B,T,N,d], kernel -> out` for an implementation name; the blocked band runs with
+    blocks of 8 rows so that the cases span several blocks (and a ragged last one)."""
+    import functools
+
+    from model.span_dynamic_conv import _DYNAMIC_CONV
+    if impl == "blocked_band":
+        return functools.partial(_DYNAMIC_CONV[impl], block=8)
+    return _DYNAMIC_CONV[impl]
 
 
 def _inputs(b, t, n, d, k, seed=0, broadcast=False):
@@ -66,7 +77,7 @@ def test_band_matrix_layout():
 def test_tf_forward_and_gradients_match_unfold(impl, jit):
     import tensorflow as tf
 
-    from model.span_dynamic_conv import _DYNAMIC_CONV, dynamic_conv_unfold
+    from model.span_dynamic_conv import dynamic_conv_unfold
 
     def value_and_grads(fn, values, kernel, cotangent):
         values, kernel = tf.convert_to_tensor(values), tf.convert_to_tensor(kernel)
@@ -76,7 +87,7 @@ def test_tf_forward_and_gradients_match_unfold(impl, jit):
             loss = tf.reduce_sum(out * cotangent)
         return [out, *tape.gradient(loss, [values, kernel])]
 
-    fast = tf.function(lambda *a: value_and_grads(_DYNAMIC_CONV[impl], *a), jit_compile=jit)
+    fast = tf.function(lambda *a: value_and_grads(_conv_fn(impl), *a), jit_compile=jit)
     for i, case in enumerate(CASES):
         for broadcast in ((False, True) if i == 0 else (False,)):
             values, kernel = _inputs(*case, seed=i, broadcast=broadcast)
@@ -91,7 +102,8 @@ def test_tf_forward_and_gradients_match_unfold(impl, jit):
 _JAX_CHILD = r"""
 import json, sys
 import numpy as np, jax, jax.numpy as jnp
-from model.span_dynamic_conv import _DYNAMIC_CONV, dynamic_conv_unfold
+from model.span_dynamic_conv import dynamic_conv_unfold
+from tests.model.test_span_dynamic_conv import FAST, _conv_fn
 cases = json.loads(sys.argv[1])
 worst = {}
 for i, (b, t, n, d, k) in enumerate(cases):
@@ -105,8 +117,8 @@ for i, (b, t, n, d, k) in enumerate(cases):
             return (out, *vjp(c))
         return list(jax.jit(both)(v, w))
     ref = run(dynamic_conv_unfold)
-    for impl in ("shifted_sum", "band"):
-        got = run(_DYNAMIC_CONV[impl])
+    for impl in FAST:
+        got = run(_conv_fn(impl))
         diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(got, ref))
         worst[impl] = max(worst.get(impl, 0.0), diff)
 import keras
@@ -136,18 +148,25 @@ def test_jax_forward_and_gradients_match_unfold():
 
 
 @pytest.mark.parametrize("conv_type", ["sdconv", "dynamic", "lightweight", "none"])
-def test_fast_mixed_attention_matches_reference_path(conv_type):
-    """The fused-projection path (every implementation) == separate Dense layers + unfold."""
+@pytest.mark.parametrize("long_band", [False, True], ids=["short", "long"])
+def test_fast_mixed_attention_matches_reference_path(conv_type, long_band, monkeypatch):
+    """The fused-projection path (every implementation) == separate Dense layers + unfold.
+    "long" lowers BAND_MAX_LENGTH so that "auto" takes its long-sequence (blocked band) form, with
+    blocks of 8 rows."""
     import keras
 
+    from model import span_dynamic_conv
     from model.mixed_attention import MixedAttention
+    if long_band:
+        monkeypatch.setattr(span_dynamic_conv, "BAND_MAX_LENGTH", 4)
+        monkeypatch.setattr(span_dynamic_conv, "BAND_BLOCK", 8)
     rng = np.random.default_rng(3)
     for seq_len in (5, 19):                      # 5 < K = 7
         x = rng.standard_normal((2, seq_len, 24)).astype("float32")
         bias = np.zeros((2, 1, 1, seq_len), "float32")
         bias[1, ..., seq_len - 2:] = -10000.0
         results = {}
-        for impl in ("unfold", "shifted_sum", "band", "auto"):
+        for impl in ("unfold", "shifted_sum", "band", "blocked_band", "auto"):
             keras.utils.set_random_seed(7)
             layer = MixedAttention(3, 4, conv_type=conv_type, conv_kernel_size=7,
                                    conv_implementation=impl)
