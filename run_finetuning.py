@@ -341,11 +341,10 @@ def load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict):
 
 
 def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
-    import keras
     from finetune.classification_head import ClassificationHead
     from finetune.glue import leaderboard
     from finetune.glue.tasks import get_task
-    from finetune.trainer import Trainer, num_train_steps
+    from finetune.trainer import Trainer, trials
 
     spec = get_task(task)
     check_sequence_length(source, hp.max_seq_length, task)
@@ -363,13 +362,8 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
     forward, loss = glue_model_fns(task)
     trial_metrics = {key: [] for key, _, _ in eval_sets}
     trial_test_preds = []
-    for trial in range(1, hp.num_trials + 1):
-        seed = hp.seed + trial - 1
-        keras.utils.set_random_seed(seed)
-        label = task if hp.num_trials == 1 else f"{task} trial {trial}/{hp.num_trials}"
-        suffix = "" if hp.num_trials == 1 else f"_trial{trial}"
-        log_dir = os.path.join(model_dir, "tensorboard", task + suffix)
-        if trial == 1:
+    for trial in trials(hp, task, model_dir):
+        if trial.number == 1:
             encoder = source.build()
             head = ClassificationHead(spec.num_labels, spec.is_regression,
                                       dropout_rate=0.1,
@@ -378,27 +372,22 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
             head.build((None, None, encoder.config.hidden_size))
             named = dict(encoder.weight_map())
             named.update(head.weight_map(prefix=f"task_specific/{task}/"))
-            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=log_dir,
-                              trial_label=label, printer=say)
+            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=trial.log_dir,
+                              trial_label=trial.label, printer=say)
             initial_weights = source.initial_weights(encoder)
         else:   # same variables, so the traced train/predict steps are reused
-            trainer.start_trial(initial_weights, log_dir, label)
-        steps = 0
-        if do_train:
-            n_train = len(train_features["input_ids"])
-            steps = num_train_steps(n_train, hp.train_batch_size, hp.num_train_epochs,
-                                    hp.max_train_steps)
-            trainer.train(train_features, steps, seed=seed)
+            trainer.start_trial(initial_weights, trial.log_dir, trial.label)
+        steps = trainer.train_epochs(train_features, seed=trial.seed)
         for key, examples, features in eval_sets:
             logits = trainer.predict(features, ["logits"])["logits"]
             preds = to_predictions(task, logits)
             labels = features["label_ids"]
             metrics = leaderboard.write_dev_predictions(
                 model_dir, key, [e.guid for e in examples], preds, labels,
-                trial=None if hp.num_trials == 1 else trial)
+                trial=trial.record_number(hp.num_trials))
             trial_metrics[key].append(metrics)
             trainer.write_scalars(f"dev_{key}", metrics, steps)
-            say(f"{label}: dev {key} " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+            say(f"{trial.label}: dev {key} " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
                 + f" ({len(examples)} examples)")
         if predict_sets:
             trial_test_preds.append([(stem, [e.guid for e in ex],
@@ -406,7 +395,7 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
                                                      ["logits"]))
                                      for stem, ex, f in predict_sets])
         if hp.save_finetuned_model:
-            encoder.save_pretrained(os.path.join(model_dir, "finetuned", task + suffix))
+            encoder.save_pretrained(os.path.join(model_dir, "finetuned", task + trial.suffix))
     # Trial summaries.
     if hp.num_trials > 1:
         for key, metrics_list in trial_metrics.items():

@@ -36,14 +36,11 @@ def main():
     torch.set_num_threads(2)
 
     from model import ConvBertConfig, ConvBertModel
+    from model.hf_convert import config_to_hf
     cfg = ConvBertConfig.from_size(args.size)
     ours = {impl: ConvBertModel(cfg, conv_implementation=impl) for impl in args.impls.split(",")}
     fns = {impl: tf.function(lambda x, m=m: m(x, training=False)) for impl, m in ours.items()}
-    hf_cfg = transformers.ConvBertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, embedding_size=cfg.embedding_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        intermediate_size=cfg.intermediate_size, head_ratio=cfg.head_ratio,
-        conv_kernel_size=cfg.conv_kernel_size, num_groups=cfg.num_groups)
+    hf_cfg = transformers.ConvBertConfig.from_dict(config_to_hf(cfg))
     hf = transformers.ConvBertModel(hf_cfg).eval()
     print(f"# transformers {transformers.__version__}, torch {torch.__version__}, "
           f"tensorflow {tf.__version__}; threads 2/2")

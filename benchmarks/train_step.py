@@ -94,13 +94,11 @@ def main():
     if not args.skip_hf:
         import torch
         import transformers
+
+        from model.hf_convert import config_to_hf
         torch.set_num_threads(2)
         torch.manual_seed(0)
-        hf_cfg = transformers.ConvBertConfig(
-            vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, embedding_size=cfg.embedding_size,
-            num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-            intermediate_size=cfg.intermediate_size, head_ratio=cfg.head_ratio,
-            conv_kernel_size=cfg.conv_kernel_size, num_groups=cfg.num_groups)
+        hf_cfg = transformers.ConvBertConfig.from_dict(config_to_hf(cfg))
         hf = transformers.ConvBertForMaskedLM(hf_cfg).train()
         hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.01)
         hf_labels = torch.full((b, s), -100, dtype=torch.long)

@@ -159,11 +159,9 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
                    printer=print):
     """Fine-tune (when data has training examples) and evaluate one SQuAD version; returns the
     per-trial metrics."""
-    import keras
-
     from finetune.qa import postprocess, squad_data
     from finetune.hparams import QA_TASKS
-    from finetune.trainer import Trainer, num_train_steps
+    from finetune.trainer import Trainer, trials
 
     assert task in QA_TASKS
     version = VERSIONS[task]
@@ -198,33 +196,24 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
     forward, loss, output_keys = model_fns(hp, version)
     results_dir = os.path.join(model_dir, "results")
     all_metrics = []
-    for trial in range(1, hp.num_trials + 1):
-        seed = hp.seed + trial - 1
-        keras.utils.set_random_seed(seed)
-        label = task if hp.num_trials == 1 else f"{task} trial {trial}/{hp.num_trials}"
-        suffix = "" if hp.num_trials == 1 else f"_trial{trial}"
-        log_dir = os.path.join(model_dir, "tensorboard", task + suffix)
-        if trial == 1:
+    for trial in trials(hp, task, model_dir):
+        if trial.number == 1:
             encoder = source.build()
             head = make_head(hp, encoder.config, version)
             named = dict(encoder.weight_map())
             named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
-            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=log_dir,
-                              trial_label=label, printer=printer)
+            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=trial.log_dir,
+                              trial_label=trial.label, printer=printer)
             initial_weights = source.initial_weights(encoder)
         else:   # same variables, so the traced train/predict steps are reused
-            trainer.start_trial(initial_weights, log_dir, label)
-        steps = 0
-        if do_train:
-            steps = num_train_steps(len(train_features["input_ids"]), hp.train_batch_size,
-                                    hp.num_train_epochs, hp.max_train_steps)
-            trainer.train(train_features, steps, seed=seed)
+            trainer.start_trial(initial_weights, trial.log_dir, trial.label)
+        steps = trainer.train_epochs(train_features, seed=trial.seed)
         if eval_data is None:
             continue
         examples, feats, dataset_json = eval_data
         results = trainer.predict(feats.model_inputs(with_labels=False), output_keys,
                                   batch_size=hp.predict_batch_size)
-        prefix = f"{task}{suffix}_"
+        prefix = f"{task}{trial.suffix}_"
         paths = postprocess.write_predictions(
             examples, feats, results, results_dir, version_2_with_negative=version == "2.0",
             n_best_size=hp.n_best_size, max_answer_length=hp.max_answer_length,
@@ -236,15 +225,15 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
             with open(paths["null_odds"], encoding="utf-8") as f:
                 null_odds = json.load(f)
         metrics = evaluate(version, dataset_json, predictions, null_odds, hp.qa_na_threshold)
-        record = {"task": task, "version": version, "trial": None if hp.num_trials == 1
-                  else trial, "num_questions": len(examples), "num_windows": len(feats),
+        record = {"task": task, "version": version, "trial": trial.record_number(hp.num_trials),
+                  "num_questions": len(examples), "num_windows": len(feats),
                   "predict_file": predict_file, "train_steps": steps, "metrics": metrics}
         metrics_path = os.path.join(results_dir, f"{prefix}metrics.json")
         postprocess.write_json_atomic(record, metrics_path)
         all_metrics.append(_numeric(metrics))
         trainer.write_scalars(f"dev_{task}", _numeric(metrics), steps)
         main = ("exact_match", "f1") if version == "1.1" else ("exact", "f1")
-        printer(f"{label}: dev " + ", ".join(f"{k} {metrics[k]:.2f}" for k in main)
+        printer(f"{trial.label}: dev " + ", ".join(f"{k} {metrics[k]:.2f}" for k in main)
                 + f" ({len(examples)} questions) -> {', '.join(sorted(paths.values()))}, "
                   f"{metrics_path}")
     if hp.num_trials > 1 and all_metrics:

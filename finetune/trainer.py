@@ -24,8 +24,9 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 import time
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, NamedTuple, Optional
 
 import numpy as np
 
@@ -45,6 +46,35 @@ def num_train_steps(num_examples: int, batch_size: int, epochs: float,
     if max_steps:
         steps = min(steps, int(max_steps))
     return steps
+
+
+class Trial(NamedTuple):
+    """One fine-tuning trial of a task: its number (1-based), seed, display label, file-name
+    suffix ("" for a single trial, "_trial<k>" otherwise) and TensorBoard directory."""
+    number: int
+    seed: int
+    label: str
+    suffix: str
+    log_dir: str
+
+    def record_number(self, num_trials: int) -> Optional[int]:
+        """The trial number for result records: None when there is only one trial."""
+        return None if num_trials == 1 else self.number
+
+
+def trials(hp, task: str, model_dir: str) -> Iterable[Trial]:
+    """The `hp.num_trials` trials of `task` (trial k uses seed hp.seed + k - 1). The global Keras
+    seed is set to each trial's seed just before the trial is yielded, so the head initialisation
+    and dropout of trial k do not depend on what earlier trials did."""
+    import keras
+    several = hp.num_trials > 1
+    for number in range(1, hp.num_trials + 1):
+        seed = hp.seed + number - 1
+        keras.utils.set_random_seed(seed)
+        suffix = f"_trial{number}" if several else ""
+        label = f"{task} trial {number}/{hp.num_trials}" if several else task
+        yield Trial(number, seed, label, suffix,
+                    os.path.join(model_dir, "tensorboard", task + suffix))
 
 
 def _scalar_metadata():
@@ -157,6 +187,17 @@ class Trainer:
         self.history = []
 
     # ------------------------------------------------------------------ training
+    def train_epochs(self, features: Optional[Dict[str, np.ndarray]], seed: int = 0) -> int:
+        """Train on `features` for hp.num_train_epochs (capped by hp.max_train_steps), as
+        ELECTRA counts steps; returns the number of steps (0, and nothing done, without
+        features)."""
+        if features is None:
+            return 0
+        steps = num_train_steps(len(features["input_ids"]), self.hp.train_batch_size,
+                                self.hp.num_train_epochs, self.hp.max_train_steps)
+        self.train(features, steps, seed=seed)
+        return steps
+
     def train(self, features: Dict[str, np.ndarray], total_steps: int, seed: int = 0,
               num_layers: Optional[int] = None) -> dict:
         tf = self.tf

@@ -109,25 +109,25 @@ class MixedAttention(keras.layers.Layer):
         if sdc is None:
             context = ops.matmul(dropped, heads[:, 2])                          # [B, N, T, d]
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width))
-        elif implementation == "band":
-            # Attention heads and convolution heads in one batched matmul over 2N "heads":
-            # [probs ‖ band] [B, 2N, T, T] @ [V ‖ V_conv] [B, 2N, T, d]; V and V_conv are adjacent
-            # in the projection, so the right operand is a free reshape and the result is already
-            # the concatenated context (attention channels first, as the official code).
-            conv_kernel = ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size))
-            band = band_matrix(ops.transpose(conv_kernel, (0, 2, 1, 3)))        # [B, N, T, T]
-            mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
-            values = ops.reshape(heads[:, 2:4], (batch, 2 * n, seq_len, d))
-            context = ops.matmul(mixers, values)                                # [B, 2N, T, d]
-            context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
-        elif implementation == "blocked_band":
-            # Long T: blocks of BAND_BLOCK rows (the full band would cost as much as attention);
-            # both halves stay heads-first so one transpose builds the concatenated context.
+        elif implementation in ("band", "blocked_band"):
             conv_kernel = ops.transpose(
                 ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size)), (0, 2, 1, 3))
-            conv = dynamic_conv_blocked_band_heads_first(heads[:, 3], ops.cast(conv_kernel, dtype),
-                                                         BAND_BLOCK)            # [B, N, T, d]
-            context = ops.concatenate([ops.matmul(dropped, heads[:, 2]), conv], axis=1)
+            if implementation == "band":
+                # Attention heads and convolution heads in one batched matmul over 2N "heads":
+                # [probs ‖ band] [B, 2N, T, T] @ [V ‖ V_conv] [B, 2N, T, d]; V and V_conv are
+                # adjacent in the projection, so the right operand is a free reshape and the
+                # result is already the concatenated context (attention channels first, as the
+                # official code).
+                band = band_matrix(conv_kernel)                                 # [B, N, T, T]
+                mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
+                values = ops.reshape(heads[:, 2:4], (batch, 2 * n, seq_len, d))
+                context = ops.matmul(mixers, values)                            # [B, 2N, T, d]
+            else:
+                # Long T: blocks of BAND_BLOCK rows (a full band would cost as much as attention);
+                # both halves stay heads-first, concatenated over heads as above.
+                conv = dynamic_conv_blocked_band_heads_first(
+                    heads[:, 3], ops.cast(conv_kernel, dtype), BAND_BLOCK)      # [B, N, T, d]
+                context = ops.concatenate([ops.matmul(dropped, heads[:, 2]), conv], axis=1)
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
         else:
             context = ops.matmul(dropped, heads[:, 2])

@@ -69,16 +69,19 @@ def exact_match_v1(prediction: str, ground_truth: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(ground_truth)
 
 
-def f1_v1(prediction: str, ground_truth: str) -> float:
-    """v1.1 token F1: 0 whenever the bags do not overlap (including two empty answers)."""
-    pred_toks = normalize_answer(prediction).split()
-    gold_toks = normalize_answer(ground_truth).split()
+def _overlap_f1(pred_toks, gold_toks) -> float:
+    """Token F1 of two token bags (as both official scripts compute it): 0 without overlap."""
     num_same = sum((collections.Counter(pred_toks) & collections.Counter(gold_toks)).values())
     if num_same == 0:
         return 0
     precision = num_same / len(pred_toks)
     recall = num_same / len(gold_toks)
     return 2 * precision * recall / (precision + recall)
+
+
+def f1_v1(prediction: str, ground_truth: str) -> float:
+    """v1.1 token F1: 0 whenever the bags do not overlap (including two empty answers)."""
+    return _overlap_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
 def compute_exact(a_gold: str, a_pred: str) -> int:
@@ -92,12 +95,7 @@ def compute_f1(a_gold: str, a_pred: str) -> float:
     pred_toks = get_tokens(a_pred)
     if not gold_toks or not pred_toks:
         return int(gold_toks == pred_toks)
-    num_same = sum((collections.Counter(gold_toks) & collections.Counter(pred_toks)).values())
-    if num_same == 0:
-        return 0
-    precision = num_same / len(pred_toks)
-    recall = num_same / len(gold_toks)
-    return 2 * precision * recall / (precision + recall)
+    return _overlap_f1(pred_toks, gold_toks)
 
 
 # ------------------------------------------------------------------------------------------------

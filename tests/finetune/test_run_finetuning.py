@@ -406,6 +406,24 @@ def test_glue_scripts_exist_and_use_paper_hparams():
         assert "run_finetuning.py" in (REPO_ROOT / "scripts" / name).read_text()
 
 
+def test_squad_scripts_pass_the_recipe():
+    """scripts/squad_v{1,2}.sh (sharing scripts/squad_common.sh): task, per-size lr, 2 epochs,
+    batch 32, length 512, optional checkpoint, and extra flags passed through last."""
+    for name, task in (("squad_v1.sh", "squadv1"), ("squad_v2.sh", "squad")):
+        for size, lr in (("small", "3e-4"), ("base", "1e-4")):
+            env = dict(os.environ, PYTHON="echo", MODEL_SIZE=size, INIT_CHECKPOINT="ckpt")
+            env.pop("LR", None)
+            out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / name), "--do_predict"],
+                                 env=env, capture_output=True, text=True, check=True).stdout.split()
+            assert out[0] == "run_finetuning.py" and out[-1] == "--do_predict"
+            flags_ = dict(zip(out[1:-1:2], out[2:-1:2]))
+            assert flags_["--task_names"] == task and flags_["--learning_rate"] == lr
+            assert (flags_["--num_train_epochs"], flags_["--train_batch_size"],
+                    flags_["--max_seq_length"]) == ("2", "32", "512")
+            assert flags_["--init_checkpoint"] == "ckpt"
+            assert flags_["--model_dir"] == f"out/{task}_{size}"
+
+
 # ------------------------------------------------------------------------ trainer (in process)
 def test_trainer_trials_reset_weights_head_and_optimizer():
     """Trial k > 1 reuses the traced step: encoder back to the checkpoint, a new head, a zeroed
