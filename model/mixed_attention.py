@@ -94,8 +94,11 @@ class MixedAttention(keras.layers.Layer):
         proj = ops.matmul(hidden, kernel) + bias                                # [B, T, P*A]
         heads = ops.transpose(ops.reshape(proj, (batch, seq_len, len(layers), n, d)),
                               (0, 2, 3, 1, 4))                                  # [B, P, N, T, d]
-        q = heads[:, 0] * ops.cast(1.0 / math.sqrt(d), dtype)
-        scores = ops.einsum("bnqd,bnkd->bnqk", q, heads[:, 1])
+        # Split, not slices: a slice's gradient is a zero-filled full-size tensor per slice
+        # (TF's StridedSliceGrad, ~10% of a small model's training step), split's is one concat.
+        q, k, values = ops.split(heads, [1, 2], axis=1)     # values: V (and V_conv) [B, P-2, N, T, d]
+        q = ops.squeeze(q, 1) * ops.cast(1.0 / math.sqrt(d), dtype)
+        scores = ops.einsum("bnqd,bnkd->bnqk", q, ops.squeeze(k, 1))
         if attention_bias is not None:
             scores = scores + ops.cast(attention_bias, scores.dtype)
         probs = ops.softmax(scores, axis=-1)
@@ -105,13 +108,15 @@ class MixedAttention(keras.layers.Layer):
         if sdc is not None:
             implementation = resolve_implementation(sdc.implementation, hidden.shape[1])
             # The official code feeds the unscaled query (not q / sqrt(d)) to the kernel generator.
-            conv_kernel = sdc.generate_kernel(hidden, proj[..., :width])        # [B, T, N, K]
+            query = ops.split(proj, [width], axis=-1)[0]
+            conv_kernel = sdc.generate_kernel(hidden, query)                    # [B, T, N, K]
         if sdc is None:
-            context = ops.matmul(dropped, heads[:, 2])                          # [B, N, T, d]
+            context = ops.matmul(dropped, ops.squeeze(values, 1))               # [B, N, T, d]
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width))
         elif implementation in ("band", "blocked_band"):
-            conv_kernel = ops.transpose(
-                ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size)), (0, 2, 1, 3))
+            if sdc.conv_type == "lightweight":  # one static kernel per head: [1, 1, N, K]
+                conv_kernel = ops.broadcast_to(conv_kernel, (batch, seq_len, n, sdc.kernel_size))
+            conv_kernel = ops.transpose(conv_kernel, (0, 2, 1, 3))
             if implementation == "band":
                 # Attention heads and convolution heads in one batched matmul over 2N "heads":
                 # [probs ‖ band] [B, 2N, T, T] @ [V ‖ V_conv] [B, 2N, T, d]; V and V_conv are
@@ -120,19 +125,21 @@ class MixedAttention(keras.layers.Layer):
                 # official code).
                 band = band_matrix(conv_kernel)                                 # [B, N, T, T]
                 mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
-                values = ops.reshape(heads[:, 2:4], (batch, 2 * n, seq_len, d))
+                values = ops.reshape(values, (batch, 2 * n, seq_len, d))
                 context = ops.matmul(mixers, values)                            # [B, 2N, T, d]
             else:
                 # Long T: blocks of BAND_BLOCK rows (a full band would cost as much as attention);
                 # both halves stay heads-first, concatenated over heads as above.
+                value, conv_value = (ops.squeeze(v, 1) for v in ops.split(values, 2, axis=1))
                 conv = dynamic_conv_blocked_band_heads_first(
-                    heads[:, 3], ops.cast(conv_kernel, dtype), BAND_BLOCK)      # [B, N, T, d]
-                context = ops.concatenate([ops.matmul(dropped, heads[:, 2]), conv], axis=1)
+                    conv_value, ops.cast(conv_kernel, dtype), BAND_BLOCK)       # [B, N, T, d]
+                context = ops.concatenate([ops.matmul(dropped, value), conv], axis=1)
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
         else:
-            context = ops.matmul(dropped, heads[:, 2])
-            values = ops.reshape(proj[..., 3 * width:], (batch, seq_len, n, d))
-            conv = ops.reshape(_DYNAMIC_CONV[implementation](values, conv_kernel),
+            context = ops.matmul(dropped, ops.squeeze(ops.split(values, 2, axis=1)[0], 1))
+            conv_values = ops.reshape(ops.split(proj, [3 * width], axis=-1)[1],
+                                      (batch, seq_len, n, d))
+            conv = ops.reshape(_DYNAMIC_CONV[implementation](conv_values, conv_kernel),
                                (batch, seq_len, width))
             context = ops.concatenate(
                 [ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width)), conv],
