@@ -8,10 +8,14 @@ steps optionally under XLA with --rtd_jit_compile).
    does (same work); "gathered" computes them only at the 20 masked positions per sequence
    (`masked_positions`, what the official ELECTRA/ConvBERT code does).
 2. RTD step (generator + discriminator, `pretrain.electra_pretrainer.ElectraPretrainer`, total
-   loss, backward, AdamW): ConvBERT-small vs ELECTRA-small (head_ratio 1, conv_type "none"), both
-   with the official small generator sizing (1/4 width), b16 s128 (or --rtd_batch).
+   loss, backward, the driver's `AdamWeightDecay` with clipping): ConvBERT-small vs ELECTRA-small
+   (head_ratio 1, conv_type "none"), both with the official small generator sizing (1/4 width),
+   b16 s128 (or --rtd_batch).
 
     python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd] [--rtd_jit_compile]
+
+Threads: intra-op 2; TF inter-op 1 unless BENCH_INTER_OP says otherwise (BENCH_INTER_OP=0 is TF's
+default, i.e. what `run_pretraining.py` runs with).
 """
 import argparse
 import os
@@ -133,6 +137,7 @@ def main():
     try:
         from pretrain.electra_pretrainer import ElectraPretrainer
         from pretrain.generator_config import generator_config
+        from model.optimization import AdamWeightDecay
     except ImportError as e:  # written by another engineer; may be missing in older checkouts
         print(f"## RTD step skipped: {e}")
         return
@@ -146,7 +151,8 @@ def main():
     for name, (dcfg, impl) in disc_cfgs.items():
         keras.utils.set_random_seed(0)
         model = ElectraPretrainer(dcfg, generator_config(dcfg, 0.25), conv_implementation=impl)
-        ropt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+        # The pre-training driver's optimizer: ELECTRA's AdamW, global-norm clipping at 1.0.
+        ropt = AdamWeightDecay(learning_rate=1e-4, weight_decay_rate=0.01, clip_norm=1.0)
         ropt.build(model.trainable_variables)
 
         @tf.function(jit_compile=True if args.rtd_jit_compile else None)
