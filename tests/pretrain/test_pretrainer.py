@@ -143,7 +143,10 @@ def test_a_few_steps_reduce_the_loss():
     keras.utils.set_random_seed(1)
     cfg = tiny_config()
     model = ElectraPretrainer(cfg, generator_config(cfg, 0.5), max_predictions_per_seq=6)
-    opt = AdamWeightDecay(3e-3, name_map=model.weight_map())
+    # lr 1e-3 and 60 steps: at 3e-3 / 40 steps the drop was ~0.77-0.85 of the start and flipped
+    # with float round-off (e.g. a different but equivalent conv kernel); here it is 0.46-0.56
+    # over seeds 1-3 and the discriminator's loss falls too.
+    opt = AdamWeightDecay(1e-3, name_map=model.weight_map())
     batch = tiny_batch(batch=8, seed=5)
     variables = model.trainable_variables
 
@@ -154,12 +157,12 @@ def test_a_few_steps_reduce_the_loss():
         opt.apply(tape.gradient(out["total_loss"], variables), variables)
         return out["total_loss"], out["gen_loss"], out["disc_loss"]
 
-    losses = [[float(x) for x in train_step(tf.constant(s))] for s in range(40)]
-    total = np.array(losses)[:, 0]
-    gen = np.array(losses)[:, 1]
+    losses = [[float(x) for x in train_step(tf.constant(s))] for s in range(60)]
+    total, gen, disc = np.array(losses).T
     assert np.all(np.isfinite(total))
     assert total[-5:].mean() < 0.8 * total[:5].mean(), total
     assert gen[-5:].mean() < gen[:5].mean(), gen
+    assert disc[-5:].mean() < disc[:5].mean(), disc
 
 
 def test_mlm_only_objective():
