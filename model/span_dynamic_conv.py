@@ -51,6 +51,20 @@ def dynamic_conv_shifted_sum(values, kernel):
     return out
 
 
+def _cut(x, start, stop, axis):
+    """x[start:stop] along `axis`: a split when the bounds are static (its gradient is a concat;
+    a slice's, TF's StridedSliceGrad, is several times slower), else a slice."""
+    size = x.shape[axis]
+    if isinstance(start, int) and isinstance(stop, int) and isinstance(size, int):
+        if start == 0 and stop == size:
+            return x
+        cuts = [c for c in (start, stop) if 0 < c < size]
+        return ops.split(x, cuts, axis=axis)[1 if start > 0 else 0]
+    index = [slice(None)] * len(x.shape)
+    index[axis] = slice(start, stop)
+    return x[tuple(index)]
+
+
 def band_matrix(kernel):
     """[..., T, K] per-row kernels -> [..., T, T] band matrix W[t, s] = kernel[t, s - t + (K-1)/2].
 
@@ -60,7 +74,7 @@ def band_matrix(kernel):
     """
     pad = (kernel.shape[-1] - 1) // 2
     seq_len = ops.shape(kernel)[-2]
-    return ops.split(skewed_rows(kernel), [pad, pad + seq_len], axis=-1)[1]      # [..., T, T]
+    return _cut(skewed_rows(kernel), pad, pad + seq_len, -1)                     # [..., T, T]
 
 
 def skewed_rows(kernel):
@@ -68,9 +82,9 @@ def skewed_rows(kernel):
 
     Pure pad / reshape / split (no one-hot constant, no gather): each row is padded with R zeros
     to length R+K, the rows are flattened and the last R zeros dropped, so that reading the result
-    as rows of length R+K-1 shifts row r right by r ("skewing"). Cuts are `split`s, not slices:
-    in TF a slice's gradient (StridedSliceGrad) was ~7x slower than split's (a concat) here and
-    dominated the band's backward pass.
+    as rows of length R+K-1 shifts row r right by r ("skewing"). Cuts are `_cut`s (splits for
+    static shapes): in TF a slice's gradient (StridedSliceGrad) was ~7x slower than split's (a
+    concat) here and dominated the band's backward pass.
     """
     kernel_size = kernel.shape[-1]
     shape = ops.shape(kernel)
@@ -78,7 +92,7 @@ def skewed_rows(kernel):
     width = rows + kernel_size - 1
     padded = ops.pad(kernel, [[0, 0]] * (len(kernel.shape) - 1) + [[0, rows]])   # [..., R, R+K]
     flat = ops.reshape(padded, (*lead, rows * (width + 1)))
-    return ops.reshape(ops.split(flat, [rows * width], axis=-1)[0], (*lead, rows, width))
+    return ops.reshape(_cut(flat, 0, rows * width, -1), (*lead, rows, width))
 
 
 def dynamic_conv_blocked_band_heads_first(values, kernel, block):
@@ -112,20 +126,6 @@ def dynamic_conv_blocked_band_heads_first(values, kernel, block):
     out = ops.reshape(out, (batch, heads, rows, width))
     static = isinstance(rows, int) and isinstance(seq_len, int)
     return out if static and rows == seq_len else _cut(out, 0, seq_len, 2)
-
-
-def _cut(x, start, stop, axis):
-    """x[start:stop] along `axis`: a split when the bounds are static (its gradient is a concat;
-    a slice's, TF's StridedSliceGrad, is several times slower), else a slice."""
-    size = x.shape[axis]
-    if isinstance(start, int) and isinstance(stop, int) and isinstance(size, int):
-        if start == 0 and stop == size:
-            return x
-        cuts = [c for c in (start, stop) if 0 < c < size]
-        return ops.split(x, cuts, axis=axis)[1 if start > 0 else 0]
-    index = [slice(None)] * len(x.shape)
-    index[axis] = slice(start, stop)
-    return x[tuple(index)]
 
 
 def dynamic_conv_band(values, kernel):

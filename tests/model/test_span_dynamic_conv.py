@@ -220,3 +220,25 @@ def test_xla_paths_of_mixed_attention_match_reference():
     want = np.asarray(layer.call_reference(x))
     got = tf.function(lambda h: layer(h), jit_compile=True)(tf.constant(x))
     np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+
+
+@pytest.mark.skipif(keras_backend() != "tensorflow", reason="TF graph with unknown shapes")
+@pytest.mark.parametrize("impl", ["auto", "band", "blocked_band", "shifted_sum"])
+def test_mixed_attention_with_unknown_sequence_length(impl):
+    """A `tf.function` traced for [None, None, H] (as a serving signature is) runs every
+    implementation, and one trace serves several lengths: the split-based cuts fall back to
+    slices when the length is only known at run time."""
+    import keras
+    import tensorflow as tf
+
+    from model.mixed_attention import MixedAttention
+    keras.utils.set_random_seed(2)
+    layer = MixedAttention(2, 8, conv_type="sdconv", conv_kernel_size=9, conv_implementation=impl)
+    layer.build((None, None, 16))
+    for i, v in enumerate(layer.weights):
+        v.assign(np.random.default_rng(i).standard_normal(v.shape).astype("float32") * 0.3)
+    fn = tf.function(lambda h: layer(h), input_signature=[tf.TensorSpec([None, None, 16])])
+    for seq_len in (5, 13, 70):     # T < K, one band block, several 64-row blocks (ragged)
+        x = np.random.default_rng(seq_len).standard_normal((2, seq_len, 16)).astype("float32")
+        np.testing.assert_allclose(fn(x).numpy(), np.asarray(layer.call_reference(x)),
+                                   atol=1e-5, err_msg=f"{impl}, T={seq_len}")
