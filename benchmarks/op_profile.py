@@ -40,7 +40,8 @@ PARTS = [("adam_weight_decay/", "optimizer (incl. clipping)"),
 
 
 def part_of(op_name):
-    scope = re.sub(r"_\d+(?=/|$)", "", op_name.split(":")[0])     # electra_pretrainer_1 -> electra_pretrainer
+    # Drop Keras' uniquifying suffixes: "electra_pretrainer_1/generator_1/x" -> "electra_pretrainer/generator/x".
+    scope = re.sub(r"_\d+(?=/|$)", "", op_name.split(":")[0])
     scope = scope[len("gradient_tape/"):] if scope.startswith("gradient_tape/") else scope
     for prefix, part in PARTS:
         if scope.startswith(prefix):
