@@ -54,16 +54,7 @@ def measure(mode, shapes, impls, rounds, bf16=False, backward=False, hidden=768,
     backend = keras.backend.backend()
     for name, block in blocks.items():
         if backend == "tensorflow":
-            import tensorflow as tf
-            if backward:
-                def step(x, block=block):
-                    with tf.GradientTape() as tape:
-                        loss = tf.reduce_sum(block(x))
-                    return tape.gradient(loss, block.trainable_variables)
-            else:
-                def step(x, block=block):
-                    return block(x)
-            fns_for[name] = tf.function(step, jit_compile=(mode == "tf-xla"))
+            fns_for[name] = common.tf_block_step(block, backward, jit_compile=(mode == "tf-xla"))
         else:
             import jax
             from keras import ops

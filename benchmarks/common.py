@@ -91,7 +91,6 @@ def run_subprocess(args, env=None, timeout=1200):
 def attention_block_classes():
     """Keras layers for the two blocks compared in paper Table 9 (built lazily: Keras import)."""
     import keras
-    from keras import ops
 
     from model.mixed_attention import MixedAttention
 
@@ -116,3 +115,55 @@ def attention_block_classes():
             return self.norm(x + self.dense(self.attention(x, training=training)))
 
     return AttentionBlock
+
+
+def tf_block_step(block, backward=False, jit_compile=False):
+    """A `tf.function` running `block` on x: its output, or (backward) the gradients of
+    sum(block(x)) with respect to its trainable variables (forward + backward)."""
+    import tensorflow as tf
+    if backward:
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(block(x))
+            return tape.gradient(loss, block.trainable_variables)
+    else:
+        def step(x):
+            return block(x)
+    return tf.function(step, jit_compile=jit_compile)
+
+
+def rtd_train_step(disc_cfg, generator_hidden_size, batch_size, seq_len, rng,
+                   implementation="auto", jit_compile=None):
+    """One ELECTRA/ConvBERT pre-training step as the driver runs it (TF backend): generator +
+    discriminator + total loss + backward + `AdamWeightDecay` with global-norm clipping at 1.0,
+    on a fixed random batch. Returns (zero-arg callable that runs one step and returns the loss
+    as a number, trainable parameter count)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from model.optimization import AdamWeightDecay
+    from pretrain.electra_pretrainer import ElectraPretrainer
+    from pretrain.generator_config import generator_config
+    b, s = batch_size, seq_len
+    batch = {"input_ids": tf.constant(rng.integers(1000, disc_cfg.vocab_size, (b, s)).astype("int32")),
+             "input_mask": tf.ones((b, s), tf.int32), "segment_ids": tf.zeros((b, s), tf.int32),
+             "example_id": tf.range(b, dtype=tf.int32)}
+    keras.utils.set_random_seed(0)
+    model = ElectraPretrainer(disc_cfg, generator_config(disc_cfg, generator_hidden_size),
+                              conv_implementation=implementation)
+    opt = AdamWeightDecay(learning_rate=1e-4, weight_decay_rate=0.01, clip_norm=1.0)
+    opt.build(model.trainable_variables)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(i):
+        with tf.GradientTape() as tape:
+            loss = model(batch, i, training=True)["total_loss"]
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    counter = iter(range(1, 2**31))
+
+    def run():
+        return step(tf.constant(next(counter), tf.int32)).numpy()
+    n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    return run, n_params

@@ -76,37 +76,17 @@ def profile(fn, calls):
 
 
 def rtd_steps(args):
-    import keras
     import numpy as np
-    import tensorflow as tf
     from model.config import ConvBertConfig
-    from model.optimization import AdamWeightDecay
-    from pretrain.electra_pretrainer import ElectraPretrainer
-    from pretrain.generator_config import default_generator_hidden_size, generator_config
+    from pretrain.generator_config import default_generator_hidden_size
     cfg = ConvBertConfig.from_size(args.size)
     rng = np.random.default_rng(0)
-    b, s = args.batch, args.seq
-    batch = {"input_ids": tf.constant(rng.integers(1000, cfg.vocab_size, (b, s)).astype("int32")),
-             "input_mask": tf.ones((b, s), tf.int32), "segment_ids": tf.zeros((b, s), tf.int32),
-             "example_id": tf.range(b, dtype=tf.int32)}
     steps = {}
     for name, dcfg in (("ConvBERT", cfg),
                        ("ELECTRA", cfg.replace(head_ratio=1, conv_type="none", num_groups=1))):
-        keras.utils.set_random_seed(0)
-        model = ElectraPretrainer(dcfg, generator_config(dcfg, default_generator_hidden_size(args.size)))
-        opt = AdamWeightDecay(learning_rate=1e-4, weight_decay_rate=0.01, clip_norm=1.0)
-        opt.build(model.trainable_variables)
-
-        @tf.function
-        def step(i, model=model, opt=opt):
-            with tf.GradientTape() as tape:
-                loss = model(batch, i, training=True)["total_loss"]
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        counter = iter(range(10**9))
-        steps[name] = lambda step=step, counter=counter: step(tf.constant(next(counter))).numpy()
-    return steps, f"RTD step, {args.size}, b{b} s{s}"
+        steps[name], _ = common.rtd_train_step(dcfg, default_generator_hidden_size(args.size),
+                                               args.batch, args.seq, rng)
+    return steps, f"RTD step, {args.size}, b{args.batch} s{args.seq}"
 
 
 def block_steps(args):
@@ -119,15 +99,7 @@ def block_steps(args):
     steps = {}
     keras.utils.set_random_seed(0)
     for name, block in (("mixed", Block(768, 6, 64, "sdconv")), ("self", Block(768, 12, 64, "none"))):
-        if args.backward:
-            def fn(x, block=block):
-                with tf.GradientTape() as tape:
-                    loss = tf.reduce_sum(block(x))
-                return tape.gradient(loss, block.trainable_variables)
-        else:
-            def fn(x, block=block):
-                return block(x)
-        fn = tf.function(fn)
+        fn = common.tf_block_step(block, args.backward)
         steps[name] = lambda fn=fn: [t.numpy() for t in tf.nest.flatten(fn(x))]
     return steps, (f"attention block, base, b{batch} s{seq_len}, "
                    f"{'forward + backward' if args.backward else 'forward'}")

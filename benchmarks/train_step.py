@@ -9,7 +9,8 @@ steps optionally under XLA with --rtd_jit_compile).
    (`masked_positions`, what the official ELECTRA/ConvBERT code does).
 2. RTD step (generator + discriminator, `pretrain.electra_pretrainer.ElectraPretrainer`, total
    loss, backward, the driver's `AdamWeightDecay` with clipping): ConvBERT-small vs ELECTRA-small
-   (head_ratio 1, conv_type "none"), both with the official small generator sizing (1/4 width),
+   (head_ratio 1, conv_type "none"), both with the official generator sizing of the size (1/4 width for
+   small, 1/3 for base),
    b16 s128 (or --rtd_batch).
 
     python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd] [--rtd_jit_compile]
@@ -61,7 +62,6 @@ def main():
     import keras
     common.set_threads(2)
     from model import ConvBertConfig, ConvBertMaskedLM
-    from model.flops import electra_config
 
     cfg = ConvBertConfig.from_size(args.size)
     if args.tiny:
@@ -134,45 +134,19 @@ def main():
 
     if args.skip_rtd:
         return
-    try:
-        from pretrain.electra_pretrainer import ElectraPretrainer
-        from pretrain.generator_config import generator_config
-        from model.optimization import AdamWeightDecay
-    except ImportError as e:  # written by another engineer; may be missing in older checkouts
-        print(f"## RTD step skipped: {e}")
-        return
-    rb = args.rtd_batch
-    batch = {"input_ids": tf.constant(rng.integers(1000, cfg.vocab_size, (rb, s)).astype("int32")),
-             "input_mask": tf.ones((rb, s), tf.int32), "segment_ids": tf.zeros((rb, s), tf.int32),
-             "example_id": tf.range(rb, dtype=tf.int32)}
+    from pretrain.generator_config import default_generator_hidden_size
     steps = {}
     disc_cfgs = {f"ConvBERT[{impl}]": (cfg, impl) for impl in args.rtd_impls.split(",")}
     disc_cfgs["ELECTRA"] = (cfg.replace(head_ratio=1, conv_type="none", num_groups=1), "auto")
     for name, (dcfg, impl) in disc_cfgs.items():
-        keras.utils.set_random_seed(0)
-        model = ElectraPretrainer(dcfg, generator_config(dcfg, 0.25), conv_implementation=impl)
-        # The pre-training driver's optimizer: ELECTRA's AdamW, global-norm clipping at 1.0.
-        ropt = AdamWeightDecay(learning_rate=1e-4, weight_decay_rate=0.01, clip_norm=1.0)
-        ropt.build(model.trainable_variables)
-
-        @tf.function(jit_compile=True if args.rtd_jit_compile else None)
-        def rtd_step(step, model=model, ropt=ropt):
-            with tf.GradientTape() as tape:
-                loss = model(batch, step, training=True)["total_loss"]
-            grads = tape.gradient(loss, model.trainable_variables)
-            ropt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        counter = {"i": 0}
-
-        def run(f=rtd_step, counter=counter):
-            counter["i"] += 1
-            return f(tf.constant(counter["i"], tf.int32)).numpy()
-        steps[name] = run
-        n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+        # Official generator width per size (1/4 small, 1/3 base), as run_pretraining.py.
+        steps[name], n_params = common.rtd_train_step(
+            dcfg, default_generator_hidden_size(args.size), args.rtd_batch, s, rng,
+            implementation=impl, jit_compile=True if args.rtd_jit_compile else None)
         print(f"# RTD {name}: {n_params:,d} trainable parameters (generator + discriminator + heads)")
     times = common.interleaved(steps, rounds=args.rounds, warmup=2)
     mode = "XLA (jit_compile)" if args.rtd_jit_compile else "TF graph"
-    print(f"## RTD step, {args.size}{' (tiny)' if args.tiny else ''}, b{rb} s{s}, fp32, {mode}")
+    print(f"## RTD step, {args.size}{' (tiny)' if args.tiny else ''}, b{args.rtd_batch} s{s}, fp32, {mode}")
     print(f"{'model':22} {'median s':>9} {'min s':>7} {'/ ELECTRA':>10}  pass (<= 1)")
     for name in steps:
         line = f"{name:22} {common.median(times[name]):9.3f} {min(times[name]):7.3f}"
