@@ -23,10 +23,11 @@ setup(
         "safetensors",
         "scipy",
         "scikit-learn",
+        "matplotlib",
     ],
     extras_require={
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle.
-        "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
+        "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]", "scikit-learn"],
         "tpu": ["cloud-tpu-client"],
     },
 )
