@@ -9,8 +9,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["model", "model.*", "data", "data.*", "pretrain",
-                                    "pretrain.*", "finetune", "finetune.*"]),
-    py_modules=["run_pretraining", "run_finetuning"],
+                                    "pretrain.*", "finetune", "finetune.*", "reproduce",
+                                    "reproduce.*"]),
+    py_modules=["run_pretraining", "run_finetuning", "run_reproduction"],
     package_data={"": ["*.json"]},
     include_package_data=True,
     install_requires=[
@@ -26,8 +27,9 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle.
-        "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]", "scikit-learn"],
+        # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
+        # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
+        "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
         "tpu": ["cloud-tpu-client"],
     },
 )

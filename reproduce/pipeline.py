@@ -1,0 +1,312 @@
+"""The reproduction's stages: corpus -> vocab -> shards -> pre-train -> held-out curves -> GLUE.
+
+Each stage calls the toolkit's own driver (build_pretraining_dataset.py, run_pretraining.py,
+run_finetuning.py, benchmarks/rtd_reference.py) as a subprocess, so it gets exactly what a user
+of that driver gets (checks, one-line errors, progress with ETA, resume), and streams its output
+with a `[stage]` prefix into the console and `<output_dir>/logs/<stage>.log`. A stage is skipped
+when its result is already there, so rerunning the same command resumes the reproduction:
+
+    <output_dir>/
+      vocab.txt                              only when no --vocab_file is given (learned)
+      shards/<corpus name>/                  TFRecord shards, one directory per corpus directory
+      pretrain/{convbert,electra}/           run_pretraining.py model_dirs (resume inside a stage)
+      pretrain/<model>/heldout_curve.jsonl   the fixed held-out batch at every checkpoint
+      reference/                             optional: the PyTorch ELECTRA reference (--reference)
+      finetune/<model>/                      run_finetuning.py model_dirs (results/)
+      logs/<stage>.log
+      results.md, results.json, pretraining_curves.png, glue_scores.png   (reproduce.report)
+
+The held-out batch comes from the last shard of the first corpus directory, which no model
+trains on.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+from reproduce.recipes import GLUE_TASKS, MODELS
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAINED = ("convbert", "electra")
+DONE_FILE = "stage_done.json"  # written when a stage without its own record ends
+
+
+class ReproductionError(RuntimeError):
+    """A stage failed or an input is unusable; the message is one line."""
+
+
+def _say(message):
+    print(message, flush=True)
+
+
+class Reproduction:
+    def __init__(self, recipe, output_dir, corpus_dirs, glue_dir, vocab_file=None,
+                 vocab_size=30522, num_shards=16, build_processes=2, models=MODELS, tasks=None, seed=0,
+                 reference=False, pretrain_flags=(), finetune_flags=(), log=_say):
+        self.recipe = recipe
+        self.out = str(output_dir)
+        self.corpus_dirs = list(corpus_dirs)
+        self.glue_dir = glue_dir
+        self.user_vocab = vocab_file
+        self.vocab_size = vocab_size
+        self.num_shards = num_shards
+        self.build_processes = build_processes
+        self.models = tuple(models)
+        self.seed = seed
+        self.reference = reference
+        self.pretrain_flags = list(pretrain_flags)
+        self.finetune_flags = list(finetune_flags)
+        self.log = log
+        self.tasks = list(tasks) if tasks else self.present_tasks()
+        if not self.corpus_dirs:
+            raise ReproductionError("no corpus directory given (--corpus_dirs)")
+        if num_shards < 2:
+            raise ReproductionError("--num_shards must be at least 2 (one shard is held out)")
+
+    # ------------------------------------------------------------------ paths
+    def path(self, *parts):
+        return os.path.join(self.out, *parts)
+
+    @property
+    def vocab_file(self):
+        return self.user_vocab or self.path("vocab.txt")
+
+    def shard_dir(self, corpus_dir):
+        return self.path("shards", os.path.basename(os.path.normpath(corpus_dir)))
+
+    def pretrain_dir(self, model):
+        return self.path("pretrain", model)
+
+    def finetune_dir(self, model):
+        return self.path("finetune", model)
+
+    def present_tasks(self):
+        """The five GLUE tasks with a train split under --glue_dir (QNLI/MNLI/QQP need one)."""
+        from finetune.glue.readers import task_file
+        if not self.glue_dir:
+            return []
+        return [t for t in GLUE_TASKS
+                if tf.io.gfile.exists(str(task_file(self.glue_dir, t, "train")))]
+
+    # ------------------------------------------------------------------ running drivers
+    def _run(self, stage, args):
+        """Runs `python <args>` from the repository root; output prefixed and logged."""
+        tf.io.gfile.makedirs(self.path("logs"))
+        log_path = self.path("logs", f"{stage}.log")
+        env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        cmd = [sys.executable, *map(str, args)]
+        start = time.time()
+        self.log(f"[{stage}] {' '.join(cmd[1:])}")
+        with tf.io.gfile.GFile(log_path, "a") as log_file:
+            log_file.write("$ " + " ".join(cmd) + "\n")
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
+            last = ""
+            for line in proc.stdout:
+                log_file.write(line)
+                line = line.rstrip("\n")
+                if line.strip() and not _noise(line):
+                    last = line
+                    self.log(f"[{stage}] {line}")
+            code = proc.wait()
+        if code != 0:
+            raise ReproductionError(f"stage {stage} failed (exit {code}): {last.strip()} "
+                                    f"(full log: {log_path})")
+        self.log(f"[{stage}] done in {time.time() - start:.0f}s")
+
+    @staticmethod
+    def _mark_done(directory, **info):
+        tf.io.gfile.makedirs(directory)
+        path = os.path.join(directory, DONE_FILE)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            json.dump({"finished": time.strftime("%Y-%m-%d %H:%M:%S"), **info}, f)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+    @staticmethod
+    def _done(directory):
+        return tf.io.gfile.exists(os.path.join(directory, DONE_FILE))
+
+    # ------------------------------------------------------------------ stages
+    def build_vocab(self):
+        if self.user_vocab:
+            if not tf.io.gfile.exists(self.user_vocab):
+                raise ReproductionError(f"--vocab_file {self.user_vocab} does not exist")
+            return
+        if tf.io.gfile.exists(self.vocab_file):
+            self.log(f"[vocab] {self.vocab_file} exists, skipped")
+            return
+        from data import corpus_reader
+        from data.vocab import learn_wordpiece_vocab, write_vocab
+        self.log(f"[vocab] learning a {self.vocab_size}-token WordPiece vocabulary from "
+                 f"{', '.join(self.corpus_dirs)} ...")
+        lines = []
+        for corpus_dir in self.corpus_dirs:
+            for path in corpus_reader.list_corpus_files(corpus_dir):
+                lines += corpus_reader.stripped_lines(corpus_reader.read_corpus_file(path))
+        write_vocab(learn_wordpiece_vocab(lines, self.vocab_size, min_count=2), self.vocab_file)
+        self.log(f"[vocab] wrote {self.vocab_file}")
+
+    def build_shards(self):
+        from data.pretraining_builder import SUMMARY_FILE
+        for corpus_dir in self.corpus_dirs:
+            target = self.shard_dir(corpus_dir)
+            if tf.io.gfile.exists(os.path.join(target, SUMMARY_FILE)):
+                self.log(f"[shards] {target} exists, skipped")
+                continue
+            self._run(f"shards_{os.path.basename(target)}", [
+                "build_pretraining_dataset.py", f"--corpus_dir={corpus_dir}",
+                f"--vocab_file={self.vocab_file}", f"--output_dir={target}",
+                f"--max_seq_length={self.max_seq_length}", f"--num_shards={self.num_shards}",
+                f"--num_processes={self.build_processes}", "--noprogress"])
+
+    @property
+    def max_seq_length(self):
+        return self.recipe.pretrain.get("max_seq_length", 128)
+
+    def shard_files(self):
+        """(training shards, held-out shards): the last non-empty shard of the first corpus."""
+        from data.pretraining_input import find_shards
+        per_corpus = [[p for p in find_shards(os.path.join(self.shard_dir(d),
+                                                           "pretrain_data.tfrecord-*"))
+                       if tf.io.gfile.stat(p).length > 0] for d in self.corpus_dirs]
+        first = sorted(per_corpus[0], key=lambda p: int(p.rsplit("-of-", 1)[0].rsplit("-", 1)[1]))
+        if len(first) < 2:
+            raise ReproductionError(f"{self.shard_dir(self.corpus_dirs[0])}: fewer than 2 non-empty "
+                                    "shards; one is held out, so give more text or --num_shards")
+        heldout = first[-1:]
+        train = [p for files in per_corpus for p in files if p not in heldout]
+        return train, heldout
+
+    def pretrain(self, model):
+        model_dir = self.pretrain_dir(model)
+        steps = self.recipe.pretrain["num_train_steps"]
+        if self._finished_pretraining(model_dir, steps):
+            self.log(f"[pretrain_{model}] finished ({steps} steps), skipped")
+            return
+        train, _ = self.shard_files()
+        self._run(f"pretrain_{model}", [
+            "run_pretraining.py", f"--pretrain_tfrecords={','.join(train)}",
+            f"--vocab_file={self.vocab_file}", f"--model_dir={model_dir}",
+            f"--model_size={self.recipe.model_size}", f"--model_name={model}",
+            f"--seed={self.seed}", f"--hparams={json.dumps(self.recipe.pretrain_hparams(model))}",
+            *self.pretrain_flags])
+
+    @staticmethod
+    def _finished_pretraining(model_dir, steps):
+        path = os.path.join(model_dir, "pretraining_summary.json")
+        if not tf.io.gfile.exists(path):
+            return False
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f).get("global_step", 0) >= steps
+
+    def heldout_curve(self, model):
+        """Our run's checkpoints scored on the fixed held-out batch (benchmarks/rtd_reference.py)."""
+        output = os.path.join(self.pretrain_dir(model), "heldout_curve.jsonl")
+        if tf.io.gfile.exists(output):
+            self.log(f"[heldout_{model}] {output} exists, skipped")
+            return
+        _, heldout = self.shard_files()
+        self._run(f"heldout_{model}", [
+            "benchmarks/rtd_reference.py", "ours", f"--model_dir={self.pretrain_dir(model)}",
+            f"--heldout={heldout[0]}", f"--output={output}",
+            f"--heldout_examples={self.recipe.heldout_examples}",
+            f"--vocab_file={self.vocab_file}"])
+
+    def reference_run(self):
+        """The PyTorch ELECTRA reference on the ELECTRA run's hparams and batches, and the plot."""
+        directory = self.path("reference")
+        output = os.path.join(directory, "reference_curve.jsonl")
+        train, heldout = self.shard_files()
+        if not self._done(directory):
+            tf.io.gfile.makedirs(directory)
+            self._run("reference", [
+                "benchmarks/rtd_reference.py", "reference",
+                f"--model_dir={self.pretrain_dir('electra')}",
+                f"--train_tfrecords={','.join(train)}", f"--heldout={heldout[0]}",
+                f"--output={output}", f"--heldout_examples={self.recipe.heldout_examples}",
+                f"--eval_every={self.recipe.pretrain['save_checkpoints_steps']}",
+                f"--vocab_file={self.vocab_file}"])
+            self._mark_done(directory)
+        self._run("reference_compare", [
+            "benchmarks/rtd_reference.py", "compare", f"--reference={output}",
+            f"--ours={os.path.join(self.pretrain_dir('electra'), 'heldout_curve.jsonl')}",
+            f"--extra={os.path.join(self.pretrain_dir('convbert'), 'heldout_curve.jsonl')}",
+            f"--png={os.path.join(directory, 'reference_vs_ours.png')}",
+            f"--markdown={os.path.join(directory, 'reference_vs_ours.md')}"])
+
+    def finetune_hparams(self, model):
+        hp = dict(self.recipe.finetune)
+        if model == "random":  # the ConvBERT discriminator's architecture, random weights
+            from data.vocab import load_vocab
+            from pretrain.hparams import make_hparams, model_config
+            pretrain_hp = make_hparams(self.recipe.model_size,
+                                       self.recipe.pretrain_hparams("convbert"))
+            config = model_config(pretrain_hp, len(load_vocab(self.vocab_file))).to_dict()
+            hp.update(model_size="small", model_hparam_overrides=config)
+        return hp
+
+    def finished_tasks(self, model):
+        """Tasks whose every seed has its dev metrics in finetune/<model>/results."""
+        n = self.recipe.num_trials
+        done = []
+        for task in self.tasks:
+            if n == 1:
+                names = [f"{task}_dev_metrics.json"]
+            else:
+                names = [f"{task}_dev_metrics_trial{k}.json" for k in range(1, n + 1)]
+            if all(tf.io.gfile.exists(os.path.join(self.finetune_dir(model), "results", name))
+                   for name in names):
+                done.append(task)
+        return done
+
+    def finetune(self, model):
+        """One run_finetuning.py call per model over the tasks not finished yet."""
+        done = self.finished_tasks(model)
+        todo = [t for t in self.tasks if t not in done]
+        if not todo:
+            self.log(f"[finetune_{model}] {', '.join(self.tasks)} done, skipped")
+            return
+        if done:
+            self.log(f"[finetune_{model}] {', '.join(done)} done; running {', '.join(todo)}")
+        init = [] if model == "random" else [f"--init_checkpoint={self.pretrain_dir(model)}"]
+        self._run(f"finetune_{model}", [
+            "run_finetuning.py", f"--data_dir={self.glue_dir}", f"--task_names={','.join(todo)}",
+            f"--vocab_file={self.vocab_file}", f"--model_dir={self.finetune_dir(model)}", *init,
+            f"--num_trials={self.recipe.num_trials}", f"--seed={self.seed}",
+            f"--hparams={json.dumps(self.finetune_hparams(model))}", *self.finetune_flags])
+
+    # ------------------------------------------------------------------ everything
+    def run(self, report=True):
+        start = time.time()
+        if not self.tasks:
+            raise ReproductionError(f"no GLUE task with a train split under {self.glue_dir} "
+                                    f"(looked for {', '.join(GLUE_TASKS)})")
+        self.log(f"reproduction ({self.recipe.scale}): models {', '.join(self.models)}; GLUE "
+                 f"tasks {', '.join(self.tasks)}; {self.recipe.num_trials} seeds each; output "
+                 f"{self.out}")
+        self.build_vocab()
+        self.build_shards()
+        pretrained = [m for m in self.models if m in PRETRAINED]
+        for model in pretrained:
+            self.pretrain(model)
+        for model in pretrained:
+            self.heldout_curve(model)
+        if self.reference:
+            self.reference_run()
+        for model in self.models:
+            self.finetune(model)
+        if report:
+            from reproduce import report as report_module
+            paths = report_module.write_report(self)
+            self.log("report: " + ", ".join(paths))
+        self.log(f"reproduction finished in {time.time() - start:.0f}s")
+
+
+def _noise(line):
+    """TensorFlow / XLA start-up chatter that says nothing about the stage."""
+    return (line.startswith(("WARNING: All log messages", "I0000 ", "W0000 ", "E0000 "))
+            or "cudart_stub" in line or "computation placer" in line)

@@ -1,0 +1,88 @@
+"""The reproduction recipes: what `run_reproduction.py --scale=...` pre-trains and fine-tunes.
+
+One `Recipe` per scale. Every model of a scale (ConvBERT, the ELECTRA baseline and the randomly
+initialised ConvBERT) sees the same data, steps, batch and fine-tuning settings; only the encoder
+architecture differs.
+
+* `tiny`: the small-compute recipe (about an hour on 2 CPU cores, docs/RESULTS.md). Not a paper
+  size: 2 layers of width 256 with ELECTRA's small recipe (peak lr 5e-4, 1/4-wide generator,
+  warm-up 10% of the steps, temperature 1, disc weight 50), and a shortened fine-tuning schedule.
+* `small`, `base`: the paper's recipes (ConvBERT Tables 5 and 6, official configure_*.py):
+  1M steps of 128 x 128 (small, lr 3e-4) or 256 x 128 (base, lr 2e-4), 10k warm-up; fine-tuning
+  with lr 3e-4 (small) / 1e-4 (base), layer-wise decay 0.8, batch 32, 3 epochs (RTE/STS-B 10),
+  median over 10 fine-tuning runs. For a TPU v3-8 or GPUs.
+* `smoke`: seconds per stage, for the end-to-end test only (numbers mean nothing).
+"""
+import dataclasses
+
+# The BERT-architecture ELECTRA baseline: every head is a self-attention head, no convolution.
+ELECTRA_ARCHITECTURE = {"conv_type": "none", "head_ratio": 1}
+MODELS = ("convbert", "electra", "random")
+GLUE_TASKS = ("cola", "sst", "mrpc", "sts", "rte")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    scale: str
+    model_size: str                       # run_pretraining.py --model_size
+    model_overrides: dict                 # ConvBertConfig fields on top of model_size
+    pretrain: dict                        # PretrainingHParams overrides (both pre-trained models)
+    finetune: dict                        # FinetuneHParams overrides (every model, every task)
+    num_trials: int                       # fine-tuning seeds per task
+    heldout_examples: int = 256           # the fixed held-out batch of the pre-training curves
+
+    def pretrain_hparams(self, model):
+        """--hparams of run_pretraining.py for "convbert" or "electra"."""
+        overrides = dict(self.model_overrides)
+        if model == "electra":
+            overrides.update(ELECTRA_ARCHITECTURE)
+        return {**self.pretrain, "model_hparam_overrides": overrides}
+
+
+# `tiny`: pretrain.hparams.TINY_MODEL (2 layers, hidden 128, E 64, 2 heads), the BERT vocabulary.
+RECIPES = {
+    "tiny": Recipe(
+        scale="tiny", model_size="tiny", model_overrides={},
+        pretrain=dict(num_train_steps=1000, num_warmup_steps=100, learning_rate=1e-4,
+                      train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
+                      save_checkpoints_steps=100, keep_checkpoint_max=20, log_every_n_steps=50,
+                      export_on_save=False),
+        finetune=dict(learning_rate=3e-4, num_train_epochs=3.0, max_seq_length=64,
+                      train_batch_size=32, eval_batch_size=128, max_train_examples=4000,
+                      log_every_steps=50),
+        num_trials=3),
+    "small": Recipe(
+        scale="small", model_size="small", model_overrides={},
+        pretrain=dict(num_train_steps=1000000, num_warmup_steps=10000, learning_rate=3e-4,
+                      train_batch_size=128),
+        finetune=dict(learning_rate=3e-4),
+        num_trials=10),
+    "base": Recipe(
+        scale="base", model_size="base", model_overrides={},
+        pretrain=dict(num_train_steps=1000000, num_warmup_steps=10000, learning_rate=2e-4,
+                      train_batch_size=256),
+        finetune=dict(learning_rate=1e-4),
+        num_trials=10),
+    "smoke": Recipe(
+        scale="smoke", model_size="small",
+        model_overrides=dict(hidden_size=32, embedding_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=64, num_groups=1),
+        pretrain=dict(num_train_steps=4, num_warmup_steps=1, learning_rate=1e-3,
+                      train_batch_size=4, max_seq_length=32, shuffle_buffer=16,
+                      save_checkpoints_steps=2, keep_checkpoint_max=5, log_every_n_steps=2),
+        finetune=dict(max_seq_length=32, train_batch_size=8, eval_batch_size=32,
+                      max_train_examples=16, max_eval_examples=24, num_train_epochs=1.0,
+                      log_every_steps=1),
+        num_trials=2, heldout_examples=8),
+}
+SCALES = tuple(RECIPES)
+
+
+class RecipeError(ValueError):
+    """An unknown scale; one line."""
+
+
+def get_recipe(scale):
+    if scale not in RECIPES:
+        raise RecipeError(f"unknown --scale {scale!r}; choose one of {', '.join(SCALES)}")
+    return RECIPES[scale]

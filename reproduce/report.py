@@ -1,0 +1,227 @@
+"""The reproduction's report: one Markdown table in the paper's layout, a JSON of every number,
+and PNG plots (pre-training curves, GLUE scores with their spread over seeds).
+
+Cells are the median over fine-tuning seeds with mean ± sample std (ddof 1) and n, as
+`finetune.glue.leaderboard.summarize_trials` computes them; the headline metric per task is the
+papers' (CoLA MCC, STS-B Spearman, accuracy otherwise: `finetune.glue.metrics.task_score`).
+"Pre-training helps" on a task means the pre-trained model's mean beats random init's mean by
+more than the larger of the two seeds' standard deviations.
+"""
+import json
+import os
+
+import tensorflow as tf
+
+TASK_TITLES = {"cola": "CoLA (MCC)", "sst": "SST-2 (acc)", "mrpc": "MRPC (acc)",
+               "sts": "STS-B (Spearman)", "rte": "RTE (acc)"}
+MODEL_TITLES = {"convbert": "ConvBERT", "electra": "ELECTRA (BERT architecture)",
+                "random": "ConvBERT, random init"}
+COLORS = {"convbert": "tab:blue", "electra": "tab:orange", "random": "tab:gray"}
+
+
+def _read_json(path):
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def _read_jsonl(path):
+    if not tf.io.gfile.exists(path):
+        return []
+    with tf.io.gfile.GFile(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def task_summary(finetune_dir, task):
+    """{metric: {median, mean, std, min, max, n}} over the seeds of one fine-tuning run, or None."""
+    from finetune.glue.leaderboard import summarize_trials
+    files = sorted(tf.io.gfile.glob(os.path.join(finetune_dir, "results", f"{task}_dev_metrics*.json")))
+    if not files:
+        return None
+    return summarize_trials([_read_json(p)["metrics"] for p in files])
+
+
+def collect(repro):
+    """Every number of the reproduction as one JSON-able dict."""
+    from finetune.glue.metrics import PAPER_METRIC
+    glue = {}
+    for model in repro.models:
+        glue[model] = {}
+        for task in repro.tasks:
+            summary = task_summary(repro.finetune_dir(model), task)
+            if summary is not None:
+                glue[model][task] = {"metric": PAPER_METRIC.get(task, "accuracy"),
+                                     "summary": summary}
+    pretraining = {}
+    for model in ("convbert", "electra"):
+        path = os.path.join(repro.pretrain_dir(model), "pretraining_summary.json")
+        if model in repro.models and tf.io.gfile.exists(path):
+            s = _read_json(path)
+            pretraining[model] = {
+                "global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
+                "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
+                "final_window": s["final"], "history": s["history"],
+                "heldout": _read_jsonl(os.path.join(repro.pretrain_dir(model),
+                                                    "heldout_curve.jsonl"))}
+    _, heldout = repro.shard_files()
+    return {"scale": repro.recipe.scale, "tasks": list(repro.tasks), "models": list(repro.models),
+            "heldout_shards": heldout,
+            "num_trials": repro.recipe.num_trials, "glue": glue, "pretraining": pretraining,
+            "pretraining_helps": pretraining_helps(glue)}
+
+
+def _headline(entry):
+    return entry["summary"][entry["metric"]] if entry else None
+
+
+def pretraining_helps(glue):
+    """{model: {task: bool}}: mean above random init's mean by more than the larger std."""
+    random = glue.get("random", {})
+    result = {}
+    for model in ("convbert", "electra"):
+        if model not in glue:
+            continue
+        result[model] = {}
+        for task, entry in glue[model].items():
+            if task not in random:
+                continue
+            ours, base = _headline(entry), _headline(random[task])
+            margin = max(ours["std"], base["std"])
+            result[model][task] = bool(ours["mean"] - base["mean"] > margin)
+    return result
+
+
+def markdown(data):
+    from finetune.glue.metrics import PAPER_METRIC  # noqa: F401  (metric names in the header)
+    tasks = data["tasks"]
+    lines = [f"GLUE dev, scale `{data['scale']}`: median over {data['num_trials']} fine-tuning "
+             "seeds, (mean ± std); CoLA MCC, STS-B Spearman, accuracy otherwise; Avg of the "
+             "medians.", "",
+             "| model | " + " | ".join(TASK_TITLES.get(t, t) for t in tasks) + " | Avg |",
+             "|---|" + "---|" * (len(tasks) + 1)]
+    for model in data["models"]:
+        cells, medians = [], []
+        for task in tasks:
+            entry = data["glue"].get(model, {}).get(task)
+            if entry is None:
+                cells.append("–")
+                continue
+            s = _headline(entry)
+            medians.append(s["median"])
+            cells.append(f"{s['median']:.1f} ({s['mean']:.1f} ± {s['std']:.1f})")
+        avg = f"{sum(medians) / len(medians):.1f}" if len(medians) == len(tasks) else "–"
+        lines.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + f" | {avg} |")
+    helps = data["pretraining_helps"]
+    if helps:
+        lines += ["", "Pre-trained mean above random init's mean by more than the larger std:", ""]
+        for model, per_task in helps.items():
+            wins = sum(per_task.values())
+            detail = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in per_task.items())
+            lines.append(f"- {MODEL_TITLES[model]}: {wins} of {len(per_task)} tasks ({detail})")
+    if data["pretraining"]:
+        lines += ["", "| pre-training | steps | parameters (gen + disc) | wall | seq/s | "
+                  "held-out gen acc | held-out disc AUC |", "|---|---|---|---|---|---|---|"]
+        for model, p in data["pretraining"].items():
+            last = p["heldout"][-1] if p["heldout"] else {}
+            lines.append(
+                f"| {MODEL_TITLES[model]} | {p['global_step']} | {p['trainable_parameters']:,} | "
+                f"{p['wall_seconds']:.0f} s | {p['sequences_per_second']:.1f} | "
+                f"{last.get('gen_accuracy', float('nan')):.3f} | "
+                f"{last.get('disc_auc', float('nan')):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_pretraining(data, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for model, p in data["pretraining"].items():
+        color, title = COLORS[model], MODEL_TITLES[model]
+        steps = [h["step"] for h in p["history"]]
+        axes[0].plot(steps, [h["gen_loss"] for h in p["history"]], color=color, label=title)
+        held = p["heldout"]
+        axes[1].plot(steps, [h["gen_accuracy"] for h in p["history"]], color=color, alpha=0.4,
+                     linestyle="--", label=f"{title}, training batches")
+        axes[2].plot(steps, [h["disc_auc"] for h in p["history"]], color=color, alpha=0.4,
+                     linestyle="--", label=f"{title}, training batches")
+        if held:
+            axes[1].plot([h["step"] for h in held], [h["gen_accuracy"] for h in held],
+                         color=color, marker="o", label=f"{title}, held-out batch")
+            axes[2].plot([h["step"] for h in held], [h["disc_auc"] for h in held],
+                         color=color, marker="o", label=f"{title}, held-out batch")
+    axes[0].set(xlabel="optimizer step", ylabel="generator MLM loss (nats)",
+                title="Generator loss (training batches)")
+    axes[1].set(xlabel="optimizer step", ylabel="accuracy at masked positions",
+                title="Generator accuracy")
+    axes[2].set(xlabel="optimizer step", ylabel="ROC AUC (non-padding tokens)",
+                title="Discriminator AUC (replaced-token detection)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Pre-training curves, scale {data['scale']}")
+    fig.tight_layout()
+    _save(fig, png)
+
+
+def plot_glue(data, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    tasks = data["tasks"]
+    models = [m for m in data["models"] if data["glue"].get(m)]
+    width = 0.8 / max(1, len(models))
+    fig, ax = plt.subplots(figsize=(2 + 1.6 * len(tasks), 4.2))
+    for i, model in enumerate(models):
+        means, stds, medians = [], [], []
+        for task in tasks:
+            entry = data["glue"][model].get(task)
+            s = _headline(entry) if entry else {"mean": np.nan, "std": 0.0, "median": np.nan}
+            means.append(s["mean"])
+            stds.append(s["std"])
+            medians.append(s["median"])
+        x = np.arange(len(tasks)) + (i - (len(models) - 1) / 2) * width
+        ax.bar(x, means, width, yerr=stds, capsize=3, color=COLORS.get(model),
+               label=f"{MODEL_TITLES.get(model, model)} (mean ± std)")
+        ax.plot(x, medians, "k_", markersize=10)
+    ax.plot([], [], "k_", markersize=10, label="median")
+    ax.set_xticks(np.arange(len(tasks)), [TASK_TITLES.get(t, t) for t in tasks], fontsize=8)
+    ax.set_ylabel("dev score (×100)")
+    ax.set_title(f"GLUE dev, scale {data['scale']}, {data['num_trials']} seeds per task")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, png)
+
+
+def _save(fig, png):
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    with tf.io.gfile.GFile(png + ".tmp", "wb") as f:
+        f.write(buffer.getvalue())
+    tf.io.gfile.rename(png + ".tmp", png, overwrite=True)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def _write_text(path, text):
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def write_report(repro):
+    """results.md, results.json and the PNGs under the reproduction's output directory."""
+    data = collect(repro)
+    paths = {"md": repro.path("results.md"), "json": repro.path("results.json"),
+             "curves": repro.path("pretraining_curves.png"), "glue": repro.path("glue_scores.png")}
+    _write_text(paths["json"], json.dumps(data, indent=2) + "\n")
+    _write_text(paths["md"], markdown(data))
+    if data["pretraining"]:
+        plot_pretraining(data, paths["curves"])
+    else:
+        del paths["curves"]
+    plot_glue(data, paths["glue"])
+    return list(paths.values())

@@ -1,0 +1,85 @@
+"""Reproduce the paper's comparison end to end: corpus -> (vocab) -> shards -> pre-train ConvBERT
+and the ELECTRA baseline on the same data -> fine-tune both, and a randomly initialised ConvBERT,
+on every GLUE task present, over several seeds -> one table, a JSON and PNG plots.
+
+    python run_reproduction.py --scale=tiny --corpus_dirs=corpus/ --glue_dir=glue_data/ \
+        --vocab_file=vocab.txt --output_dir=runs/repro_tiny
+
+`--scale` picks a recipe of reproduce/recipes.py: `tiny` (about an hour on a laptop CPU),
+`small` / `base` (the paper's recipes, for a TPU v3-8 or GPUs; pass the strategy through
+`--pretrain_flags`, e.g. '--distribution=tpu --tpu=my-tpu'). Rerunning the same command skips
+finished stages and resumes an interrupted pre-training. Results: docs/RESULTS.md.
+
+Bad input prints one line `error: ...` and exits with status 1.
+"""
+import os
+import shlex
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from absl import app, flags  # noqa: E402
+
+flags.DEFINE_string("scale", "tiny", "tiny | small | base (| smoke: the end-to-end test).")
+flags.DEFINE_string("corpus_dirs", None, "Comma-separated directories of UTF-8 text files.")
+flags.DEFINE_string("glue_dir", None, "GLUE data (<glue_dir>/<TASK>/{train,dev}.tsv).")
+flags.DEFINE_string("vocab_file", None, "WordPiece vocab; without it one is learned from the "
+                    "corpus (--vocab_size tokens).")
+flags.DEFINE_integer("vocab_size", 30522, "Size of a learned vocabulary.")
+flags.DEFINE_string("output_dir", None, "Where every stage writes (see reproduce/pipeline.py).")
+flags.DEFINE_integer("num_shards", 16, "TFRecord shards per corpus directory (the last shard "
+                     "of the first directory is the held-out set).")
+flags.DEFINE_integer("build_processes", 2, "Processes of the shard builder.")
+flags.DEFINE_string("models", "convbert,electra,random", "Which of convbert, electra, random.")
+flags.DEFINE_string("tasks", None, "GLUE tasks (default: those of cola,sst,mrpc,sts,rte with a "
+                    "train split under --glue_dir).")
+flags.DEFINE_integer("seed", 0, "Pre-training seed and first fine-tuning seed.")
+flags.DEFINE_boolean("reference", False, "Also train the PyTorch ELECTRA reference "
+                     "(benchmarks/rtd_reference.py) on the ELECTRA run's batches and plot its "
+                     "held-out curves beside ours (needs torch + transformers).")
+flags.DEFINE_string("pretrain_flags", "", "Extra flags for run_pretraining.py.")
+flags.DEFINE_string("finetune_flags", "", "Extra flags for run_finetuning.py.")
+flags.DEFINE_boolean("report_only", False, "Only rewrite the report from finished stages.")
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {' '.join(argv[1:])}", file=sys.stderr)
+        sys.exit(1)
+    from data.errors import DataError
+    from reproduce.pipeline import Reproduction, ReproductionError
+    from reproduce.recipes import MODELS, RecipeError, get_recipe
+    try:
+        recipe = get_recipe(FLAGS.scale)
+        if not FLAGS.output_dir:
+            raise ReproductionError("--output_dir is required")
+        if not FLAGS.glue_dir:
+            raise ReproductionError("--glue_dir is required")
+        models = [m.strip() for m in FLAGS.models.split(",") if m.strip()]
+        unknown = sorted(set(models) - set(MODELS))
+        if unknown or not models:
+            raise ReproductionError(f"unknown --models {', '.join(unknown) or '(none)'}; choose "
+                                    f"from {', '.join(MODELS)}")
+        tasks = [t.strip() for t in FLAGS.tasks.split(",")] if FLAGS.tasks else None
+        repro = Reproduction(
+            recipe, FLAGS.output_dir, [d for d in (FLAGS.corpus_dirs or "").split(",") if d],
+            FLAGS.glue_dir, vocab_file=FLAGS.vocab_file, vocab_size=FLAGS.vocab_size,
+            num_shards=FLAGS.num_shards, build_processes=FLAGS.build_processes, models=models, tasks=tasks, seed=FLAGS.seed,
+            reference=FLAGS.reference, pretrain_flags=shlex.split(FLAGS.pretrain_flags),
+            finetune_flags=shlex.split(FLAGS.finetune_flags))
+        if FLAGS.report_only:
+            from reproduce.report import write_report
+            print("report: " + ", ".join(write_report(repro)))
+        else:
+            repro.run()
+    except (ReproductionError, RecipeError, DataError) as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        print(f"error: {text}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,116 @@
+"""run_reproduction.py end to end at the `smoke` scale: two corpus directories -> shards ->
+ConvBERT and ELECTRA pre-training -> held-out curves -> the PyTorch reference -> GLUE fine-tuning
+of both and of a random init (2 seeds, five tasks) -> the report. Then a rerun skips every stage.
+
+Real data from ../shared (a slice of WikiText-2 and of one Gutenberg book, the five GLUE tasks, the
+BERT vocab); skipped cleanly without it. A few minutes on 2 CPU cores.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT, shared_path
+
+TASKS = ("cola", "sst", "mrpc", "sts", "rte")
+
+
+def run_cli(args):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run_reproduction.py"), *args],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+
+
+def _head(source, target, num_lines):
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, encoding="utf-8") as f:
+        lines = [next(f) for _ in range(num_lines)]
+    target.write_text("".join(lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def reproduction(tmp_path_factory):
+    glue = shared_path("data", "glue")
+    vocab = shared_path("data", "vocab", "bert-uncased-vocab.txt")
+    wiki = shared_path("data", "corpus", "wikitext-2-raw", "wiki.valid.raw")
+    book = shared_path("data", "corpus", "gutenberg-en", "a-study-in-scarlet-pg244.txt")
+    root = tmp_path_factory.mktemp("repro")
+    _head(book, root / "corpus_a" / "book.txt", 1500)
+    _head(wiki, root / "corpus_b" / "wiki.txt", 400)
+    out = root / "out"
+    args = ["--scale=smoke", f"--corpus_dirs={root / 'corpus_a'},{root / 'corpus_b'}",
+            f"--glue_dir={glue}", f"--vocab_file={vocab}", f"--output_dir={out}",
+            "--num_shards=4", "--build_processes=1", "--reference"]
+    first = run_cli(args)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    return out, args, first
+
+
+def test_table_is_complete(reproduction):
+    out, _, _ = reproduction
+    data = json.loads((out / "results.json").read_text())
+    assert data["tasks"] == list(TASKS)
+    for model in ("convbert", "electra", "random"):
+        for task in TASKS:
+            summary = data["glue"][model][task]["summary"]
+            metric = summary[data["glue"][model][task]["metric"]]
+            assert metric["n"] == 2 and metric["min"] <= metric["median"] <= metric["max"]
+    table = (out / "results.md").read_text()
+    glue_rows = [r for r in table.splitlines() if r.count("±") == len(TASKS)]
+    assert [r.split("|")[1].strip() for r in glue_rows] == [
+        "ConvBERT", "ELECTRA (BERT architecture)", "ConvBERT, random init"]
+    assert set(data["pretraining_helps"]) == {"convbert", "electra"}
+
+
+def test_pretraining_and_heldout_curves(reproduction):
+    out, _, _ = reproduction
+    data = json.loads((out / "results.json").read_text())
+    for model in ("convbert", "electra"):
+        p = data["pretraining"][model]
+        assert p["global_step"] == 4
+        assert [h["step"] for h in p["heldout"]] == [2, 4]
+        assert all(0.0 <= h["disc_auc"] <= 1.0 for h in p["heldout"] if h["disc_auc"] == h["disc_auc"])
+    hparams = json.loads((out / "pretrain" / "electra" / "hparams.json").read_text())
+    assert hparams["model_hparam_overrides"] == {**hparams["model_hparam_overrides"],
+                                                 "conv_type": "none", "head_ratio": 1}
+    reference = [json.loads(line) for line in
+                 (out / "reference" / "reference_curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in reference] == [2, 4]
+
+
+def test_plots_are_pngs(reproduction):
+    out, _, _ = reproduction
+    for name in ("pretraining_curves.png", "glue_scores.png", "reference/reference_vs_ours.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_heldout_shard_is_not_trained_on(reproduction):
+    out, _, _ = reproduction
+    log = (out / "logs" / "pretrain_convbert.log").read_text()
+    command = next(line for line in log.splitlines() if line.startswith("$ "))
+    heldout = json.loads((out / "results.json").read_text())["heldout_shards"]
+    assert len(heldout) == 1 and "corpus_a" in heldout[0] and heldout[0] not in command
+    assert "corpus_a/pretrain_data.tfrecord-0-of-4" in command and "corpus_b" in command
+
+
+def test_rerun_skips_every_stage(reproduction):
+    out, args, _ = reproduction
+    before = (out / "results.json").read_text()
+    second = run_cli(args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    for stage in ("shards", "pretrain_convbert", "pretrain_electra", "heldout_convbert",
+                  "heldout_electra", "finetune_convbert", "finetune_electra", "finetune_random"):
+        assert f"[{stage}]" in second.stdout
+    assert "run_pretraining.py" not in second.stdout and "run_finetuning.py" not in second.stdout
+    assert json.loads((out / "results.json").read_text())["glue"] == json.loads(before)["glue"]
+
+
+def test_bad_input_is_one_line(tmp_path):
+    glue = shared_path("data", "glue")
+    proc = run_cli([f"--corpus_dirs={tmp_path / 'missing'}", f"--glue_dir={glue}",
+                    f"--output_dir={tmp_path / 'out'}", "--scale=nope"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: unknown --scale 'nope'")
+    assert len(proc.stderr.strip().splitlines()) == 1
