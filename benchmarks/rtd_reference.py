@@ -365,7 +365,8 @@ def run_reference(args, log=_print):
         f"{len(train_files)} shard(s); bias correction {bool(args.bias_correction)}")
 
     start = time.time()
-    with open(args.output, "w", encoding="utf-8") as out:
+    import tensorflow as tf  # the output may be a bucket path
+    with tf.io.gfile.GFile(args.output, "w") as out:
         generator.train()
         discriminator.train()
         batches = training_batches(hp, train_files)
@@ -403,19 +404,24 @@ def run_ours(args, log=_print):
         hp.max_predictions_per_seq, **ids)
     results = heldout_eval.evaluate_checkpoints(args.model_dir, batch, every=args.every,
                                                 vocab_file=args.vocab_file, log=log)
-    tmp = args.output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        for record in results:
-            _write_line(out, record)
-    os.replace(tmp, args.output)
+    _write_atomically(args.output, "".join(json.dumps(r) + "\n" for r in results).encode())
     return args.output
+
+
+def _write_atomically(path, data):
+    """bytes -> path (local or bucket) via a temporary name, so no reader sees half a file."""
+    import tensorflow as tf
+    with tf.io.gfile.GFile(path + ".tmp", "wb") as f:
+        f.write(data)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
 
 # ------------------------------------------------------------------------------ compare
 def read_jsonl(path):
-    if not os.path.exists(path):
+    import tensorflow as tf
+    if not tf.io.gfile.exists(path):
         raise UsageError(f"{path} does not exist")
-    with open(path, encoding="utf-8") as f:
+    with tf.io.gfile.GFile(path) as f:
         records = [json.loads(line) for line in f if line.strip()]
     if not records:
         raise UsageError(f"{path} holds no evaluation")
@@ -441,8 +447,11 @@ def plot(runs, png):
         ax.legend()
     fig.suptitle("Replaced-token detection on a fixed held-out batch (fixed masking and noise)")
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
     plt.close(fig)
+    _write_atomically(png, buffer.getvalue())
 
 
 def markdown_table(reference, ours, ours_label="ours", tolerance=0.05, from_step=200):
@@ -485,8 +494,7 @@ def run_compare(args, log=_print):
     text = ("# RTD: reference vs ours on a fixed held-out batch\n\n"
             f"Δ = {args.ours_label} − reference.\n\n"
             + markdown_table(reference, ours, args.ours_label))
-    with open(args.markdown, "w", encoding="utf-8") as f:
-        f.write(text)
+    _write_atomically(args.markdown, text.encode("utf-8"))
     log(text)
     return args.png, args.markdown
 
