@@ -206,8 +206,8 @@ class Reproduction:
     def heldout_curve(self, model):
         """Our run's checkpoints scored on the fixed held-out batch (benchmarks/rtd_reference.py)."""
         output = os.path.join(self.pretrain_dir(model), "heldout_curve.jsonl")
-        if tf.io.gfile.exists(output):
-            self.log(f"[heldout_{model}] {output} exists, skipped")
+        if self._last_step(output) == self.recipe.pretrain["num_train_steps"]:
+            self.log(f"[heldout_{model}] {output} is complete, skipped")
             return
         _, heldout = self.shard_files()
         self._run(f"heldout_{model}", [
@@ -215,6 +215,15 @@ class Reproduction:
             f"--heldout={heldout[0]}", f"--output={output}",
             f"--heldout_examples={self.recipe.heldout_examples}",
             f"--vocab_file={self.vocab_file}"])
+
+    @staticmethod
+    def _last_step(jsonl):
+        """The step of the last line of a curve file (None when there is none)."""
+        if not tf.io.gfile.exists(jsonl):
+            return None
+        with tf.io.gfile.GFile(jsonl) as f:
+            lines = [line for line in f if line.strip()]
+        return json.loads(lines[-1])["step"] if lines else None
 
     def reference_run(self):
         """The PyTorch ELECTRA reference on the ELECTRA run's hparams and batches, and the plot."""
