@@ -5,7 +5,7 @@ on every GLUE task present, over several seeds -> one table, a JSON and PNG plot
     python run_reproduction.py --scale=tiny --corpus_dirs=corpus/ --glue_dir=glue_data/ \
         --vocab_file=vocab.txt --output_dir=runs/repro_tiny
 
-`--scale` picks a recipe of reproduce/recipes.py: `tiny` (about an hour on a laptop CPU),
+`--scale` picks a recipe of reproduce/recipes.py: `tiny` (about 2 hours on 2 CPU cores),
 `small` / `base` (the paper's recipes, for a TPU v3-8 or GPUs; pass the strategy through
 `--pretrain_flags`, e.g. '--distribution=tpu --tpu=my-tpu'). Rerunning the same command skips
 finished stages and resumes an interrupted pre-training. Results: docs/RESULTS.md.

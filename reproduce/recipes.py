@@ -4,9 +4,11 @@ One `Recipe` per scale. Every model of a scale (ConvBERT, the ELECTRA baseline a
 initialised ConvBERT) sees the same data, steps, batch and fine-tuning settings; only the encoder
 architecture differs.
 
-* `tiny`: the small-compute recipe (about an hour on 2 CPU cores, docs/RESULTS.md). Not a paper
-  size: 2 layers of width 256 with ELECTRA's small recipe (peak lr 5e-4, 1/4-wide generator,
-  warm-up 10% of the steps, temperature 1, disc weight 50), and a shortened fine-tuning schedule.
+* `tiny`: the small-compute recipe (docs/RESULTS.md): pretrain.hparams.TINY_MODEL (2 layers,
+  hidden 128, E 64) with ELECTRA's small recipe (1/4-wide generator, temperature 1, disc weight 50)
+  but peak lr 1e-4: ELECTRA's 5e-4 with a short warm-up collapses the discriminator, because its
+  Adam has no bias correction (docs/PRETRAINING.md §6). 1,000 steps of 32 x 128; fine-tuning
+  shortened to 3 epochs, 4,000 examples per task, 64 tokens. About 2 hours on 2 CPU cores.
 * `small`, `base`: the paper's recipes (ConvBERT Tables 5 and 6, official configure_*.py):
   1M steps of 128 x 128 (small, lr 3e-4) or 256 x 128 (base, lr 2e-4), 10k warm-up; fine-tuning
   with lr 3e-4 (small) / 1e-4 (base), layer-wise decay 0.8, batch 32, 3 epochs (RTE/STS-B 10),
@@ -39,7 +41,6 @@ class Recipe:
         return {**self.pretrain, "model_hparam_overrides": overrides}
 
 
-# `tiny`: pretrain.hparams.TINY_MODEL (2 layers, hidden 128, E 64, 2 heads), the BERT vocabulary.
 RECIPES = {
     "tiny": Recipe(
         scale="tiny", model_size="tiny", model_overrides={},

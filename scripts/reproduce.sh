@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reproduction (docs/RESULTS.md): corpus -> shards -> pre-train ConvBERT and ELECTRA -> GLUE.
-#   bash scripts/reproduce.sh --scale tiny      # about an hour on 2 CPU cores; ../shared data
+#   bash scripts/reproduce.sh --scale tiny      # about 2 hours on 2 CPU cores; ../shared data
 #   bash scripts/reproduce.sh --scale small --corpus_dirs=/data/owt/text --glue_dir=/data/glue \
 #       --output_dir=gs://bucket/repro_small --pretrain_flags='--distribution=tpu --tpu=my-tpu'
 # Defaults (overridable by the flags that follow): the ../shared corpora, GLUE and BERT vocab, and
