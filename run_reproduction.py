@@ -49,25 +49,35 @@ def main(argv):
     if len(argv) > 1:
         print(f"error: unexpected arguments {' '.join(argv[1:])}", file=sys.stderr)
         sys.exit(1)
-    from data.errors import DataError
-    from reproduce.pipeline import Reproduction, ReproductionError
+    # Flags are checked before TensorFlow is imported: a typo costs no start-up and no log noise.
     from reproduce.recipes import MODELS, RecipeError, get_recipe
+
+    def fail(message):
+        print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
     try:
         recipe = get_recipe(FLAGS.scale)
-        if not FLAGS.output_dir:
-            raise ReproductionError("--output_dir is required")
-        if not FLAGS.glue_dir:
-            raise ReproductionError("--glue_dir is required")
-        models = [m.strip() for m in FLAGS.models.split(",") if m.strip()]
-        unknown = sorted(set(models) - set(MODELS))
-        if unknown or not models:
-            raise ReproductionError(f"unknown --models {', '.join(unknown) or '(none)'}; choose "
-                                    f"from {', '.join(MODELS)}")
+    except RecipeError as e:
+        fail(e)
+    if not FLAGS.output_dir:
+        fail("--output_dir is required")
+    if not FLAGS.glue_dir:
+        fail("--glue_dir is required")
+    models = [m.strip() for m in FLAGS.models.split(",") if m.strip()]
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown or not models:
+        fail(f"unknown --models {', '.join(unknown) or '(none)'}; choose from {', '.join(MODELS)}")
+
+    from data.errors import DataError
+    from reproduce.pipeline import Reproduction, ReproductionError
+    try:
         tasks = [t.strip() for t in FLAGS.tasks.split(",")] if FLAGS.tasks else None
         repro = Reproduction(
             recipe, FLAGS.output_dir, [d for d in (FLAGS.corpus_dirs or "").split(",") if d],
             FLAGS.glue_dir, vocab_file=FLAGS.vocab_file, vocab_size=FLAGS.vocab_size,
-            num_shards=FLAGS.num_shards, build_processes=FLAGS.build_processes, models=models, tasks=tasks, seed=FLAGS.seed,
+            num_shards=FLAGS.num_shards, build_processes=FLAGS.build_processes, models=models,
+            tasks=tasks, seed=FLAGS.seed,
             reference=FLAGS.reference, pretrain_flags=shlex.split(FLAGS.pretrain_flags),
             finetune_flags=shlex.split(FLAGS.finetune_flags))
         if FLAGS.report_only:
@@ -75,10 +85,8 @@ def main(argv):
             print("report: " + ", ".join(write_report(repro)))
         else:
             repro.run()
-    except (ReproductionError, RecipeError, DataError) as e:
-        text = " ".join(str(e).split()) or type(e).__name__
-        print(f"error: {text}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    except (ReproductionError, DataError) as e:
+        fail(str(e) or type(e).__name__)
 
 
 if __name__ == "__main__":
