@@ -101,7 +101,7 @@ class Reproduction:
         cmd = [sys.executable, *map(str, args)]
         start = time.time()
         self.log(f"[{stage}] {' '.join(cmd[1:])}")
-        with tf.io.gfile.GFile(log_path, "a") as log_file:
+        with tf.io.gfile.GFile(log_path, "w") as log_file:  # buckets cannot append: last attempt
             log_file.write("$ " + " ".join(cmd) + "\n")
             proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
