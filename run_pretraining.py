@@ -197,9 +197,10 @@ def main(argv):
     absl_logging.set_verbosity(absl_logging.WARNING)  # TF's per-save INFO lines
     from data.errors import DataError
     from model.config import ConfigError
-    from pretrain.distribution import DistributionError, make_strategy
     from pretrain.hparams import HParamsError
-    from pretrain.trainer import Trainer, TrainingError
+    from pretrain.task import pretrain
+    from training import TrainingError
+    from training.distribution import DistributionError, make_strategy
 
     user_errors = (HParamsError, DataError, DistributionError, TrainingError, ConfigError,
                    UsageError)
@@ -210,9 +211,8 @@ def main(argv):
         hp, model_dir, files, special_ids = resolve(FLAGS)
         if hp.deterministic:
             tf.config.experimental.enable_op_determinism()
-        trainer = Trainer(hp, model_dir, files, strategy, hp.vocab_size, log=log,
-                          special_ids=special_ids)
-        summary = trainer.train()
+        summary = pretrain(hp, model_dir, files, strategy, hp.vocab_size, log=log,
+                           special_ids=special_ids)
     except user_errors as e:
         print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)

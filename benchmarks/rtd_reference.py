@@ -43,7 +43,6 @@ chose one position the fake token is one of their samples (ELECTRA's scatter_upd
 floor of their mean id, which ours reproduces).
 """
 import argparse
-import datetime
 import json
 import math
 import os
@@ -57,6 +56,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
+
+from training.progress import format_duration  # noqa: E402
 
 NO_DECAY = ("LayerNorm", "layer_norm", "bias")  # ELECTRA's exclude_from_weight_decay
 HELDOUT_SEED = 1234
@@ -256,9 +257,9 @@ def make_optimizer(generator, discriminator, weight_decay_rate, bias_correction=
 
 # ------------------------------------------------------------------------------ data
 def training_batches(hp, files):
-    """The batches our trainer reads (pretrain.trainer.Trainer._dataset), as NumPy dicts.
+    """The batches our trainer reads (pretrain.task.PretrainingTask.dataset), as NumPy dicts.
 
-    Trainer.build() calls keras.utils.set_random_seed(hp.seed) before the dataset is made, and the
+    PretrainingTask.build() calls keras.utils.set_random_seed(hp.seed) before the dataset is made, and the
     shuffles' seeds combine with TF's global seed, so the same global seed is set here.
     """
     import tensorflow as tf
@@ -321,10 +322,6 @@ def train_step(generator, discriminator, optimizer, batch, step, hp, ids, noise)
     optimizer.step()
     return {"loss": loss.item(), "gen_loss": gen_loss.item(), "disc_loss": disc_loss.item(),
             "grad_norm": grad_norm, "lr": lr}
-
-
-def _eta(seconds):
-    return str(datetime.timedelta(seconds=int(max(0, seconds)))) if math.isfinite(seconds) else "?"
 
 
 def _write_line(f, record):
@@ -390,7 +387,7 @@ def run_reference(args, log=_print):
             log(f"step {done}/{steps} | held-out gen acc {metrics['gen_accuracy']:.3f} loss "
                 f"{metrics['gen_loss']:.3f} | disc AUC {metrics['disc_auc']:.3f} acc "
                 f"{metrics['disc_accuracy']:.3f} | train loss {stats['loss']:.3f} | lr "
-                f"{stats['lr']:.3g} | {wall:.0f}s | ETA {_eta(wall / done * (steps - done))}")
+                f"{stats['lr']:.3g} | {wall:.0f}s | ETA {format_duration(wall / done * (steps - done))}")
     return args.output
 
 

@@ -25,6 +25,7 @@ from data.example_packer import ExamplePacker
 from data.shard_writer import (SHARD_PREFIX, TEMP_SUFFIX, ShardWriter, commit_shards,
                                remove_files, shard_path)
 from data.tokenization import load_tokenizer
+from training.progress import format_duration
 
 SUMMARY_FILE = "pretrain_data.summary.json"
 MIN_SEQ_LENGTH = 8
@@ -113,15 +114,16 @@ class _Progress:
         fraction = min(1.0, done_bytes / self.total_bytes)
         if self._first is None and done_bytes > 0:
             self._first = (now, done_bytes)
-        eta = "?"
+        eta = None
         if self._first is not None and done_bytes > self._first[1]:
             rate = (done_bytes - self._first[1]) / max(now - self._first[0], 1e-9)
-            eta = f"{(self.total_bytes - done_bytes) / rate:.0f}s"
+            eta = (self.total_bytes - done_bytes) / rate
         elif fraction >= 1.0:
-            eta = "0s"
+            eta = 0.0
         print(f"[build_pretraining_dataset] {done_bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB "
-              f"({100 * fraction:.0f}%), {examples:,} examples, elapsed {elapsed:.0f}s, "
-              f"ETA {eta}", file=sys.stderr, flush=True)
+              f"({100 * fraction:.0f}%), {examples:,} examples, elapsed "
+              f"{format_duration(elapsed)}, ETA {format_duration(eta)}", file=sys.stderr,
+              flush=True)
 
 
 def _read_files(paths, config, stats, on_progress):

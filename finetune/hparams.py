@@ -184,3 +184,34 @@ def load_hparams(hparams_arg: Optional[str] = None, **flag_overrides) -> Finetun
     if flags:
         hp.update(flags, "command-line flags")
     return hp
+
+
+def parse_task_names(text):
+    from finetune.glue.tasks import DataError, normalize_task_name
+    from finetune.console import UsageError
+    if not text:
+        raise UsageError("--task_names is required (e.g. --task_names mrpc,rte or squad)")
+    names = []
+    for raw in text.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        key = raw.lower().replace("-", "").replace("_", "")
+        if key in ("squad", "squad2", "squadv2", "squadv20", "squad20"):
+            name = "squad"
+        elif key in ("squadv1", "squad1", "squadv11", "squad11"):
+            name = "squadv1"
+        else:
+            try:
+                name = normalize_task_name(raw)
+            except DataError:
+                raise DataError(f"unknown task name {raw!r} in --task_names; known: cola, sst, "
+                                f"mrpc, sts, qqp, mnli, qnli, rte, wnli, squad, squadv1") from None
+            if name == "ax":
+                raise DataError("task 'ax' (the GLUE diagnostic) is predicted with the MNLI "
+                                "model: use --task_names mnli --do_predict")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise UsageError("--task_names is empty")
+    return names

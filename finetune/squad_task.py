@@ -155,19 +155,18 @@ def load_squad_data(task, hp, data_dir, train_file, predict_file, do_train, do_e
                      dataset_json)
 
 
-def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
-                   printer=print):
+def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
     """Fine-tune (when data has training examples) and evaluate one SQuAD version; returns the
     per-trial metrics."""
     from finetune.qa import postprocess, squad_data
     from finetune.hparams import QA_TASKS
-    from finetune.trainer import Trainer, trials
+    from finetune.encoder_source import check_sequence_length
+    from finetune.trainer import train_trials
 
     assert task in QA_TASKS
     version = VERSIONS[task]
     do_train = data.train_examples is not None
-    if check_seq is not None:
-        check_seq(source, hp.max_seq_length, task)
+    check_sequence_length(source, hp.max_seq_length, task)
 
     train_features = None
     if do_train:
@@ -196,18 +195,9 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, check_seq=None,
     forward, loss, output_keys = model_fns(hp, version)
     results_dir = os.path.join(model_dir, "results")
     all_metrics = []
-    for trial in trials(hp, task, model_dir):
-        if trial.number == 1:
-            encoder = source.build()
-            head = make_head(hp, encoder.config, version)
-            named = dict(encoder.weight_map())
-            named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
-            trainer = Trainer(encoder, head, forward, loss, hp, task, named, log_dir=trial.log_dir,
-                              trial_label=trial.label, printer=printer)
-            initial_weights = source.initial_weights(encoder)
-        else:   # same variables, so the traced train/predict steps are reused
-            trainer.start_trial(initial_weights, trial.log_dir, trial.label)
-        steps = trainer.train_epochs(train_features, seed=trial.seed)
+    for trial, trainer, steps in train_trials(
+            hp, task, model_dir, source, lambda config: make_head(hp, config, version), forward,
+            loss, train_features, printer=printer):
         if eval_data is None:
             continue
         examples, feats, dataset_json = eval_data

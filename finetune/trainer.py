@@ -1,42 +1,32 @@
-"""Training / evaluation / prediction loop for one fine-tuning task and one trial.
+"""Fine-tuning one task on the training core: trials, training, prediction.
 
-    trainer = Trainer(encoder, head, forward_fn, loss_fn, hp, task_name="mrpc",
-                      log_dir=".../tensorboard/mrpc")
-    trainer.train(train_features)          # dict of numpy arrays, one row per example
-    outputs = trainer.predict(dev_features, output_keys=("logits",))
+    for trial, trainer, steps in train_trials(hp, "mrpc", model_dir, source, make_head,
+                                              forward_fn, loss_fn, train_features):
+        outputs = trainer.predict(dev_features, output_keys=("logits",))
 
-* input: `tf.data` from numpy features (shuffled with the trial seed, repeated, fixed batch
-  shape with drop_remainder as ELECTRA's TPU input_fn, so the step is traced once);
-* optimiser: ELECTRA's AdamW (`model/optimization.py`): weight decay 0.01 except LayerNorm /
-  bias, gradients clipped to global norm 1.0, linear warm-up over `warmup_proportion` of the
-  steps then linear decay to 0, and layer-wise LR decay: a variable at depth d gets
-  lr * decay^(L + 2 - d) with d = 0 for the embeddings (and embeddings_project), i + 1 for
-  encoder layer i and L + 2 for the task head (`task_specific/...`);
-* logging: a progress line every `log_every_steps` steps (loss, lr, steps/s, elapsed, ETA) and
-  TensorBoard scalars (train/loss, train/learning_rate, then eval metrics) under `log_dir`.
-
-`forward_fn(encoder, head, batch, training) -> dict of tensors` and
-`loss_fn(outputs, batch) -> scalar` make it task-agnostic (GLUE: finetune/glue heads; SQuAD:
-finetune/squad_task.py). Requires the TensorFlow Keras backend (tf.data + tf.function).
+* `FinetuneTask` is the core's Task (training/task.py) for an encoder + task head:
+  `forward_fn(encoder, head, batch, training) -> dict of tensors` and
+  `loss_fn(outputs, batch) -> scalar` make it serve GLUE (finetune/glue_task.py) and SQuAD
+  (finetune/squad_task.py) alike. Its data: the numpy features shuffled with the trial seed,
+  repeated, fixed batch shape with drop_remainder as ELECTRA's TPU input_fn.
+* The core (training/core.py) trains it: ELECTRA's AdamW (weight decay 0.01 except LayerNorm /
+  bias, gradients clipped to global norm 1.0), linear warm-up over `warmup_proportion` of the
+  steps then linear decay to 0, layer-wise LR decay (a variable at depth d gets
+  lr * decay^(L + 2 - d), d = 0 for the embeddings, i + 1 for encoder layer i, L + 2 for the task
+  head `task_specific/...`), the progress line and TensorBoard scalars (train/loss,
+  train/learning_rate, train/grad_norm, train/sequences_per_second; dev metrics are added under
+  dev_<split>/) under `log_dir`.
+* Trials: trial k > 1 reuses the variables and the traced step: the encoder goes back to the
+  checkpoint, the head is initialised anew (from the trial's seed), the optimizer state is zeroed.
 """
 from __future__ import annotations
 
-import datetime
-import logging
-import math
 import os
-import time
 from typing import Callable, Dict, Iterable, NamedTuple, Optional
 
 import numpy as np
 
-log = logging.getLogger("finetune")
-
-
-def format_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    return str(datetime.timedelta(seconds=int(round(max(0.0, seconds)))))
+from training import Task
 
 
 def num_train_steps(num_examples: int, batch_size: int, epochs: float,
@@ -77,83 +67,94 @@ def trials(hp, task: str, model_dir: str) -> Iterable[Trial]:
                     os.path.join(model_dir, "tensorboard", task + suffix))
 
 
-def _scalar_metadata():
-    from tensorflow.core.framework import summary_pb2
-    return summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+def train_trials(hp, task: str, model_dir: str, source, make_head: Callable,
+                 forward_fn: Callable, loss_fn: Callable, train_features, printer=print):
+    """Yields (trial, trainer, steps) after each trial of `task` has trained (steps = 0 without
+    `train_features`). The encoder comes from `source` (finetune/encoder_source.py),
+    `make_head(config)` builds the (built) task head."""
+    from training.core import set_precision
+    for trial in trials(hp, task, model_dir):
+        if trial.number == 1:
+            set_precision("fp32")
+            encoder = source.build()
+            head = make_head(encoder.config)
+            named = dict(encoder.weight_map())
+            named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
+            trainer = Trainer(encoder, head, forward_fn, loss_fn, hp, task, named,
+                              log_dir=trial.log_dir, trial_label=trial.label, printer=printer)
+            initial_weights = source.initial_weights(encoder)
+        else:   # same variables, so the traced train/predict steps are reused
+            trainer.start_trial(initial_weights, trial.log_dir, trial.label)
+        steps = trainer.train_epochs(train_features, seed=trial.seed)
+        yield trial, trainer, steps
 
 
-def write_scalar(name: str, value: float, step: int):
-    """A TensorBoard scalar (same record as tf.summary.scalar, which needs the tensorboard
-    package; this only needs TensorFlow)."""
-    import tensorflow as tf
-    tf.summary.write(name, tf.constant(float(value), tf.float32), step=int(step),
-                     metadata=_scalar_metadata())
+class FinetuneTask(Task):
+    """An encoder + head trained on numpy features by the training core."""
+    scalar_prefix = "train/"
 
+    def __init__(self, encoder, head, forward_fn, loss_fn, named_variables, label):
+        self.encoder, self.head = encoder, head
+        self.forward_fn, self.loss_fn = forward_fn, loss_fn
+        self._named = dict(named_variables)
+        self.label = label
+        self.features, self.batch_size, self.seed = None, None, 0
 
-def build_optimizer(named_variables: Dict[str, object], num_layers: int, hp, total_steps: int):
-    """(optimizer, lr_schedule) for `named_variables` {official name: variable}: ELECTRA's AdamW
-    (model/optimization.py) with the linear warm-up / decay schedule and layer-wise LR decay."""
-    from model import optimization
-    warmup_steps = int(total_steps * hp.warmup_proportion)
-    schedule = optimization.linear_warmup_linear_decay(hp.learning_rate, warmup_steps,
-                                                       total_steps)
-    multipliers = None
-    if hp.layerwise_lr_decay and hp.layerwise_lr_decay != 1.0:
-        multipliers = optimization.layerwise_lr_multipliers(list(named_variables), num_layers,
-                                                            hp.layerwise_lr_decay)
-    optimizer = optimization.AdamWeightDecay(
-        schedule, weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm,
-        name_map=named_variables, lr_multipliers=multipliers)
-    return optimizer, schedule
+    def build(self):
+        import tensorflow as tf
+        return tf.train.Checkpoint(encoder=self.encoder, head=self.head)
+
+    def named_variables(self):
+        return self._named
+
+    def dataset(self, skip_batches):
+        import tensorflow as tf
+        features = self.features
+        n = len(next(iter(features.values())))
+        ds = tf.data.Dataset.from_tensor_slices(dict(features))
+        ds = ds.shuffle(min(n, 100_000), seed=self.seed, reshuffle_each_iteration=True).repeat()
+        return ds.batch(self.batch_size, drop_remainder=True).skip(skip_batches).prefetch(2)
+
+    def compute(self, batch, step, denominators):
+        return self.loss_fn(self.forward_fn(self.encoder, self.head, batch, True), batch), {}
 
 
 class Trainer:
-    """Fine-tunes `encoder` + `head` with `loss_fn`; see the module docstring."""
+    """Fine-tunes `encoder` + `head` with `loss_fn` on the training core; see the module doc."""
 
     def __init__(self, encoder, head, forward_fn: Callable, loss_fn: Callable, hp,
                  task_name: str, named_variables: Dict[str, object],
                  log_dir: Optional[str] = None, trial_label: str = "", printer=print):
-        import tensorflow as tf
-        self.tf = tf
+        from training.summaries import ScalarWriter
         self.encoder, self.head = encoder, head
-        self.forward_fn, self.loss_fn = forward_fn, loss_fn
+        self.forward_fn = forward_fn
         self.hp = hp
         self.task_name = task_name
-        self.named_variables = dict(named_variables)
-        self.variables = list(self.named_variables.values())
-        self._check_variables_covered()
-        self.log_dir = log_dir
-        self.trial_label = trial_label or task_name
+        self.task = FinetuneTask(encoder, head, forward_fn, loss_fn, named_variables,
+                                 trial_label or task_name)
+        self._check_variables_covered(named_variables)
         self.printer = printer
-        self.writer = tf.summary.create_file_writer(log_dir) if log_dir else None
+        self.writer = ScalarWriter(log_dir)
         self.history: list = []
+        self.core = None
         self._predict_steps: dict = {}
-        self._train_step = None
-        self._train_step_total = None
-        self.optimizer = self.schedule = None
 
-    def _check_variables_covered(self):
+    @property
+    def optimizer(self):
+        return None if self.core is None else self.core.optimizer
+
+    @property
+    def _train_step(self):
+        return None if self.core is None else self.core._train_step
+
+    def _check_variables_covered(self, named_variables):
         """Every trainable variable of encoder + head must have an official name (and an LR)."""
-        named = {id(v) for v in self.variables}
+        named = {id(v) for v in named_variables.values()}
         trainable = list(self.encoder.trainable_variables) + list(self.head.trainable_variables)
         missing = [v.path for v in trainable if id(v) not in named]
         if missing:
             raise RuntimeError(f"variables without an official name (no layer-wise LR): "
                                f"{', '.join(missing[:5])}")
-
-    # ------------------------------------------------------------------ data
-    def _dataset(self, features: Dict[str, np.ndarray], batch_size: int, training: bool,
-                 seed: int = 0):
-        tf = self.tf
-        ds = tf.data.Dataset.from_tensor_slices(dict(features))
-        if training:
-            n = len(next(iter(features.values())))
-            ds = ds.shuffle(min(n, 100_000), seed=seed, reshuffle_each_iteration=True).repeat()
-            ds = ds.batch(batch_size, drop_remainder=True)
-        else:
-            ds = ds.batch(batch_size)
-        return ds.prefetch(2)
 
     # ------------------------------------------------------------------ trials
     def start_trial(self, encoder_weights: Dict[str, np.ndarray], log_dir: Optional[str] = None,
@@ -163,6 +164,7 @@ class Trainer:
         head initialisation (from the global Keras seed; call keras.utils.set_random_seed
         first) and a zeroed optimizer state (step 0, Adam moments 0)."""
         import keras
+        from training.summaries import ScalarWriter
         encoder_vars = self.encoder.weight_map()
         missing = sorted(set(encoder_vars) - set(encoder_weights))
         if missing:
@@ -174,16 +176,12 @@ class Trainer:
                 layer.kernel.assign(layer.kernel_initializer(tuple(layer.kernel.shape)))
                 if layer.bias is not None:
                     layer.bias.assign(layer.bias_initializer(tuple(layer.bias.shape)))
-        if self.optimizer is not None:
-            for variable in self.optimizer.variables:  # iterations, Adam m and v
-                if variable.name != "learning_rate":
-                    variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        if self.core is not None:
+            self.core.reset()
         if trial_label:
-            self.trial_label = trial_label
-        if self.writer is not None:
-            self.writer.close()
-        self.log_dir = log_dir
-        self.writer = self.tf.summary.create_file_writer(log_dir) if log_dir else None
+            self.task.label = trial_label
+        self.writer.close()
+        self.writer = ScalarWriter(log_dir)
         self.history = []
 
     # ------------------------------------------------------------------ training
@@ -198,85 +196,43 @@ class Trainer:
         self.train(features, steps, seed=seed)
         return steps
 
+    def _settings(self, total_steps, num_layers):
+        from training import TrainSettings
+        hp = self.hp
+        return TrainSettings(
+            total_steps=total_steps, batch_size=hp.train_batch_size,
+            learning_rate=hp.learning_rate, warmup_proportion=hp.warmup_proportion,
+            weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm,
+            layerwise_lr_decay=hp.layerwise_lr_decay, num_layers=num_layers, precision="fp32",
+            jit_compile=False, log_every=max(1, int(hp.log_every_steps)))
+
     def train(self, features: Dict[str, np.ndarray], total_steps: int, seed: int = 0,
               num_layers: Optional[int] = None) -> dict:
-        tf = self.tf
+        from training import TrainingCore
         hp = self.hp
-        if num_layers is None:
-            num_layers = self.encoder.config.num_hidden_layers
-        if self._train_step is not None and self._train_step_total == total_steps:
-            # A later trial on the same variables (see `start_trial`): same optimizer (its
-            # state was reset) and the already traced step.
-            optimizer, schedule, train_step = self.optimizer, self.schedule, self._train_step
-        else:
-            optimizer, schedule = build_optimizer(self.named_variables, num_layers, hp,
-                                                  total_steps)
-            variables = self.variables
-            forward_fn, loss_fn = self.forward_fn, self.loss_fn
-            encoder, head = self.encoder, self.head
-
-            @tf.function(jit_compile=False, reduce_retracing=True)
-            def train_step(batch):
-                with tf.GradientTape() as tape:
-                    outputs = forward_fn(encoder, head, batch, True)
-                    loss = loss_fn(outputs, batch)
-                grads = tape.gradient(loss, variables)
-                grad_norm = tf.linalg.global_norm([g for g in grads if g is not None])
-                optimizer.apply_gradients(zip(grads, variables))
-                return loss, grad_norm
-
-            self.optimizer, self.schedule = optimizer, schedule
-            self._train_step, self._train_step_total = train_step, total_steps
-
-        dataset = self._dataset(features, hp.train_batch_size, True, seed)
-        every = max(1, int(hp.log_every_steps))
-        start = last_time = time.time()
-        losses = []
-        window = []
-        first_step_time = None
-        self.printer(f"{self.trial_label}: training {total_steps} steps (batch "
+        if self.core is None:
+            if num_layers is None:
+                num_layers = self.encoder.config.num_hidden_layers
+            self.core = TrainingCore(self.task, self._settings(total_steps, num_layers),
+                                     log=self.printer).build()
+        else:   # a later trial: same optimizer (its state was reset) and traced step
+            self.core.set_total_steps(total_steps)
+        self.task.features, self.task.batch_size, self.task.seed = \
+            features, hp.train_batch_size, seed
+        self.printer(f"{self.task.label}: training {total_steps} steps (batch "
                      f"{hp.train_batch_size}, peak lr {hp.learning_rate:g}, warm-up "
-                     f"{int(total_steps * hp.warmup_proportion)} steps, layer-wise decay "
+                     f"{self.core.settings.warmup(total_steps)} steps, layer-wise decay "
                      f"{hp.layerwise_lr_decay})")
-        for step, batch in enumerate(dataset.take(total_steps), start=1):
-            loss, grad_norm = train_step(batch)
-            loss = float(loss)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"{self.trial_label}: loss is {loss} at step {step}; "
-                                         f"lower the learning rate (now {hp.learning_rate:g})")
-            if first_step_time is None:
-                first_step_time = time.time() - start  # includes tracing
-            losses.append(loss)
-            window.append(loss)
-            if step % every == 0 or step == total_steps:
-                now = time.time()
-                elapsed = now - start
-                # Rate from the steps after the first (tracing) step when possible.
-                timed = step - 1
-                rate = timed / (elapsed - first_step_time) if timed and elapsed > first_step_time \
-                    else step / max(elapsed, 1e-9)
-                eta = (total_steps - step) / rate if rate > 0 else float("inf")
-                lr = float(schedule(step - 1)) if callable(schedule) else float(hp.learning_rate)
-                mean_loss = float(np.mean(window))
-                self.printer(f"{self.trial_label}: step {step}/{total_steps} "
-                             f"({100.0 * step / total_steps:.1f}%) loss {mean_loss:.4f} "
-                             f"lr {lr:.3g} {rate:.2f} steps/s elapsed "
-                             f"{format_duration(elapsed)} ETA {format_duration(eta)}")
-                if self.writer is not None:
-                    with self.writer.as_default():
-                        write_scalar("train/loss", mean_loss, step)
-                        write_scalar("train/learning_rate", lr, step)
-                        write_scalar("train/grad_norm", float(grad_norm), step)
-                        write_scalar("train/steps_per_second", rate, step)
-                    self.writer.flush()
-                self.history.append({"step": step, "loss": mean_loss, "lr": lr})
-                window = []
-                last_time = now
-        del last_time
-        elapsed = time.time() - start
-        return {"steps": total_steps, "final_loss": losses[-1] if losses else float("nan"),
-                "mean_loss": float(np.mean(losses)) if losses else float("nan"),
-                "seconds": elapsed}
+        summary = self.core.fit(writer=self.writer)
+        self.history = summary["history"]
+        losses = [(h["loss"], h["step"]) for h in self.history]
+        steps_before = [0] + [h["step"] for h in self.history[:-1]]
+        weights = [step - before for (_, step), before in zip(losses, steps_before)]
+        return {"steps": total_steps,
+                "final_loss": losses[-1][0] if losses else float("nan"),
+                "mean_loss": float(np.average([l for l, _ in losses], weights=weights))
+                if losses else float("nan"),
+                "seconds": summary["train_seconds"]}
 
     # ------------------------------------------------------------------ inference
     def predict(self, features: Dict[str, np.ndarray], output_keys: Iterable[str],
@@ -285,7 +241,7 @@ class Trainer:
 
         The last batch is padded to the full batch size (rows of padding, dropped from the
         outputs), so every batch has one shape and the step is traced once."""
-        tf = self.tf
+        import tensorflow as tf
         keys = tuple(output_keys)
         batch_size = int(batch_size or self.hp.eval_batch_size)
         model_keys = ("input_ids", "input_mask", "segment_ids")
@@ -307,17 +263,11 @@ class Trainer:
             self._predict_steps[keys] = predict_step
         predict_step = self._predict_steps[keys]
         collected = {k: [] for k in keys}
-        for batch in self._dataset(inputs, batch_size, False):
+        for batch in tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size).prefetch(2):
             out = predict_step(batch)
             for k in keys:
                 collected[k].append(out[k].numpy())
         return {k: np.concatenate(v, axis=0)[:n] for k, v in collected.items()}
 
     def write_scalars(self, prefix: str, metrics: dict, step: int):
-        if self.writer is None:
-            return
-        with self.writer.as_default():
-            for name, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    write_scalar(f"{prefix}/{name}", float(value), step)
-        self.writer.flush()
+        self.writer.write(metrics, step, prefix=f"{prefix}/")

@@ -256,10 +256,10 @@ def load_weights_into(model, path, config=None, scope="electra"):
     return assign_weights(targets, tensors, where=path, scope=scope)
 
 
-def load_pretrained(path, config=None, model_cls=None, **model_kwargs):
-    """Build the model a checkpoint describes (or `config`) and load every weight into it."""
-    if model_cls is None:
-        from model.encoder import ConvBertModel as model_cls
+def load_pretrained(path, model_cls, config=None, **model_kwargs):
+    """Build a `model_cls` (ConvBertModel, ConvBertMaskedLM, ...) as the checkpoint describes (or
+    `config`) and load every weight into it. The class is passed in, not imported, so this module
+    never imports the encoder (model/encoder.py -> model/checkpoints.py, one way)."""
     path = os.fspath(path)
     fmt, cfg, tensors = resolve_checkpoint(path, config)
     model = model_cls(cfg, **model_kwargs)
@@ -338,3 +338,17 @@ def save_pretrained(model, directory, format="keras", scope="electra"):
 def keras_value(variable):
     from keras import ops
     return ops.convert_to_numpy(variable)
+
+
+class PretrainedIO:
+    """`from_pretrained` / `save_pretrained` for a model class with `.config` and `weight_map()`
+    (ConvBertModel, ConvBertMaskedLM): the model modules import this one, never the reverse."""
+
+    @classmethod
+    def from_pretrained(cls, path, config=None, **kwargs):
+        """Load a native, Hugging Face (safetensors) or official TF1 checkpoint."""
+        return load_pretrained(path, cls, config=config, **kwargs)
+
+    def save_pretrained(self, directory, format="keras"):
+        """Write `format` = "keras" (native), "hf" (transformers-loadable) or "tf1" (official)."""
+        return save_pretrained(self, directory, format=format)

@@ -12,6 +12,7 @@ Hugging Face, TF1 and native checkpoint formats are read and written (model/chec
 import keras
 from keras import ops
 
+from model.checkpoints import PretrainedIO
 from model.config import ConvBertConfig
 from model.embeddings import ConvBertEmbeddings
 from model.initializers import truncated_normal
@@ -20,7 +21,7 @@ from model.transformer_layer import ConvBertLayer
 
 
 @keras.saving.register_keras_serializable(package="convbert")
-class ConvBertModel(keras.Model):
+class ConvBertModel(PretrainedIO, keras.Model):
     def __init__(self, config, embeddings=None, conv_implementation="auto", **kwargs):
         if isinstance(config, dict):
             config = ConvBertConfig.from_dict(config)
@@ -102,18 +103,6 @@ class ConvBertModel(keras.Model):
         for i, layer in enumerate(self.encoder_layers):
             names.update({f"{scope}/encoder/layer_{i}/{k}": v for k, v in layer.weight_map().items()})
         return names
-
-    # ------------------------------------------------------------------ checkpoints
-    @classmethod
-    def from_pretrained(cls, path, config=None, **kwargs):
-        """Load a native, Hugging Face (safetensors) or official TF1 ConvBERT checkpoint."""
-        from model import checkpoints
-        return checkpoints.load_pretrained(path, config=config, model_cls=cls, **kwargs)
-
-    def save_pretrained(self, directory, format="keras"):
-        """Write `format` = "keras" (native), "hf" (transformers-loadable) or "tf1" (official)."""
-        from model import checkpoints
-        return checkpoints.save_pretrained(self, directory, format=format)
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict(),

@@ -2,13 +2,14 @@
 import keras
 from keras import ops
 
+from model.checkpoints import PretrainedIO
 from model.config import ConvBertConfig
 from model.encoder import ConvBertModel
 from model.heads import MaskedLMHead
 
 
 @keras.saving.register_keras_serializable(package="convbert")
-class ConvBertMaskedLM(keras.Model):
+class ConvBertMaskedLM(PretrainedIO, keras.Model):
     def __init__(self, config, conv_implementation="auto", **kwargs):
         if isinstance(config, dict):
             config = ConvBertConfig.from_dict(config)
@@ -33,15 +34,6 @@ class ConvBertMaskedLM(keras.Model):
         names = self.convbert.weight_map(scope)
         names.update({f"generator_predictions/{k}": v for k, v in self.mlm_head.weight_map().items()})
         return names
-
-    @classmethod
-    def from_pretrained(cls, path, config=None, **kwargs):
-        from model import checkpoints
-        return checkpoints.load_pretrained(path, config=config, model_cls=cls, **kwargs)
-
-    def save_pretrained(self, directory, format="keras"):
-        from model import checkpoints
-        return checkpoints.save_pretrained(self, directory, format=format)
 
     def get_config(self):
         return {"name": self.name, "config": self.config.to_dict()}

@@ -243,7 +243,7 @@ def load_hparams(model_dir):
 def checkpoint_paths(model_dir):
     """[(step, path)] of the checkpoints in <model_dir>/checkpoints, sorted by step."""
     import tensorflow as tf
-    from pretrain.trainer import CHECKPOINT_DIR
+    from pretrain.task import CHECKPOINT_DIR
     directory = os.path.join(str(model_dir), CHECKPOINT_DIR)
     state = tf.train.get_checkpoint_state(directory) if tf.io.gfile.isdir(directory) else None
     paths = list(state.all_model_checkpoint_paths) if state else []
@@ -256,19 +256,19 @@ def evaluate_checkpoints(model_dir, batch, every=None, vocab_file=None, temperat
                          log=None):
     """[{"step": N, **evaluate(...)}] for every checkpoint of our run (every `every` steps)."""
     import tensorflow as tf
-    from pretrain.trainer import Trainer
+    from pretrain.task import make_core
     hp, values = load_hparams(model_dir)
     checkpoints = checkpoint_paths(model_dir)
     if every:
         checkpoints = [(s, p) for s, p in checkpoints if s % every == 0]
-    trainer = Trainer(hp, model_dir, [], tf.distribute.get_strategy(), hp.vocab_size,
-                      log=log or (lambda *_: None), special_ids=special_ids(vocab_file, values))
-    trainer.build()
-    gen_fn, disc_fn = keras_fns(trainer.pretrainer)
+    task, core = make_core(hp, [], tf.distribute.get_strategy(), hp.vocab_size,
+                           log=log or (lambda *_: None),
+                           special_ids=special_ids(vocab_file, values))
+    gen_fn, disc_fn = keras_fns(task.pretrainer)
     temperature = hp.temperature if temperature is None else temperature
     results = []
     for step, path in checkpoints:
-        trainer.checkpoint.restore(path).expect_partial()
+        core.checkpoint.restore(path).expect_partial()
         results.append({"step": step, **evaluate(batch, gen_fn, disc_fn, temperature)})
         if log:
             log(f"step {step}: " + ", ".join(

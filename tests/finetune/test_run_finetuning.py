@@ -221,9 +221,9 @@ def checkpoints(tmp_path_factory):
 
 def test_encoder_source_loads_hf_dir(checkpoints):
     """The encoder the driver builds from the HF dir reproduces transformers' own outputs."""
-    import run_finetuning
+    from finetune import encoder_source
     from finetune.hparams import FinetuneHParams
-    source = run_finetuning.EncoderSource(str(checkpoints["hf"]), FinetuneHParams())
+    source = encoder_source.EncoderSource(str(checkpoints["hf"]), FinetuneHParams())
     assert source.format == "hf"
     assert (source.config.embedding_size, source.config.num_groups) == (16, 2)
     encoder = source.build()
@@ -236,9 +236,9 @@ def test_encoder_source_loads_hf_dir(checkpoints):
 
 
 def test_encoder_source_loads_pretraining_dir(checkpoints):
-    import run_finetuning
+    from finetune import encoder_source
     from finetune.hparams import FinetuneHParams
-    source = run_finetuning.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
+    source = encoder_source.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
     assert source.format == "keras"
     encoder = source.build()
     for name, variable in encoder.weight_map().items():
@@ -247,9 +247,9 @@ def test_encoder_source_loads_pretraining_dir(checkpoints):
 
 
 def test_trained_length_recorded_in_pretraining_dir(checkpoints):
-    import run_finetuning
+    from finetune import encoder_source
     from finetune.hparams import FinetuneHParams
-    source = run_finetuning.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
+    source = encoder_source.EncoderSource(str(checkpoints["pretrain"]), FinetuneHParams())
     trained, where = source.trained_max_seq_length()
     assert trained == 32 and where.endswith("hparams.json")
 
@@ -432,7 +432,7 @@ def test_trainer_trials_reset_weights_head_and_optimizer():
     from finetune.classification_head import ClassificationHead
     from finetune.hparams import FinetuneHParams
     from model import ConvBertConfig, ConvBertModel
-    import run_finetuning
+    from finetune import glue_task
     from finetune.trainer import Trainer
 
     keras.utils.set_random_seed(3)
@@ -442,7 +442,7 @@ def test_trainer_trials_reset_weights_head_and_optimizer():
     named = dict(encoder.weight_map())
     named.update(head.weight_map(prefix="task_specific/sst/"))
     hp = FinetuneHParams(train_batch_size=4, log_every_steps=100).for_task("sst")
-    forward, loss = run_finetuning.glue_model_fns("sst")
+    forward, loss = glue_task.glue_model_fns("sst")
     lines = []
     trainer = Trainer(encoder, head, forward, loss, hp, "sst", named, printer=lines.append)
     rng = np.random.default_rng(0)

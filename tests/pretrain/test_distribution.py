@@ -96,7 +96,7 @@ def test_distribution_multi_worker_two_processes_matches_one_device(one_device, 
 
 
 def test_distribution_bad_settings_are_one_line_errors():
-    from pretrain.distribution import DistributionError, make_strategy
+    from training.distribution import DistributionError, make_strategy
     with pytest.raises(DistributionError, match="choose one of"):
         make_strategy("horovod")
     with pytest.raises(DistributionError, match="needs --tpu"):

@@ -330,7 +330,7 @@ def test_reference_models_and_batches_are_ours(e2e):
     import tensorflow as tf
     from benchmarks import rtd_reference as ref
     from data.pretraining_input import find_shards
-    from pretrain.trainer import Trainer
+    from pretrain.task import make_core
     hp, _ = he.load_hparams(e2e["model_dir"])
     generator, discriminator = ref.build_models(hp)
     assert generator.electra.embeddings is discriminator.electra.embeddings
@@ -345,11 +345,9 @@ def test_reference_models_and_batches_are_ours(e2e):
         assert (id(p) in no_decay) == ("LayerNorm" in name or name.endswith("bias")), name
 
     files = find_shards(e2e["train"])
-    trainer = Trainer(hp, str(e2e["model_dir"]) + "-unused", files, tf.distribute.get_strategy(),
-                      hp.vocab_size)
-    trainer.build()
-    assert trainer.num_params == sum(p.numel() for _, p in params)
-    theirs = iter(trainer._dataset(0)[0])
+    task, core = make_core(hp, files, tf.distribute.get_strategy(), hp.vocab_size)
+    assert core.num_params == sum(p.numel() for _, p in params)
+    theirs = iter(task.dataset(0))
     mine = ref.training_batches(hp, files)
     for _ in range(3):
         a, b = next(mine), next(theirs)

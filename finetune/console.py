@@ -1,0 +1,14 @@
+"""What the fine-tuning run tells the user: progress on stdout, warnings on stderr."""
+import sys
+
+
+class UsageError(ValueError):
+    """Bad flags / paths (one-line message)."""
+
+
+def say(msg: str):
+    print(msg, flush=True)
+
+
+def warn(msg: str):
+    print(f"WARNING: {msg}", file=sys.stderr, flush=True)

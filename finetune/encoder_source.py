@@ -1,0 +1,136 @@
+"""Where a fine-tuning run's encoder comes from: a checkpoint of any format, or random weights.
+
+    source = EncoderSource(init_checkpoint, hp)   # reads the checkpoint once
+    encoder = source.build()                      # a fresh ConvBertModel with its weights
+
+Also the checks that belong to the checkpoint: the sequence length it was pre-trained with
+(`check_sequence_length`) and the vocab file found beside it (`find_vocab_file`).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from finetune.console import UsageError, warn
+
+PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
+PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
+
+
+class EncoderSource:
+    """Where encoder weights come from: a checkpoint (read once) or random init."""
+
+    def __init__(self, init_checkpoint, hp):
+        from model import ConvBertConfig
+        from model import checkpoints
+        self.path = init_checkpoint
+        overrides = dict(hp.model_hparam_overrides)
+        if init_checkpoint:
+            self.format, saved, self.tensors = checkpoints.resolve_checkpoint(init_checkpoint)
+            self.config = saved.replace(**overrides) if overrides else saved
+            self.config.validate()
+        else:
+            self.format, self.tensors = None, None
+            self.config = ConvBertConfig.from_size(hp.model_size, **overrides)
+
+    def build(self):
+        """A fresh ConvBertModel with the checkpoint's weights (or random ones)."""
+        from model import ConvBertModel
+        from model import checkpoints
+        model = ConvBertModel(self.config)
+        if self.tensors is not None:
+            checkpoints.assign_weights(model.weight_map(), self.tensors, where=self.path)
+        return model
+
+    def initial_weights(self, model):
+        """{official name: array} to reset `model` to before each trial: the checkpoint, or the
+        random initialisation `model` got (every trial then starts from the same encoder)."""
+        if self.tensors is not None:
+            return self.tensors
+        from keras import ops
+        return {name: ops.convert_to_numpy(v) for name, v in model.weight_map().items()}
+
+    def resolved_dir(self):
+        """The directory the weights were read from (a model_dir resolves to discriminator/)."""
+        path = self.path
+        if not path:
+            return None
+        if os.path.isdir(path):
+            for sub in ("discriminator", "export/discriminator"):
+                if (not os.path.exists(os.path.join(path, "convbert_config.json"))
+                        and os.path.exists(os.path.join(path, sub, "convbert_config.json"))):
+                    return os.path.join(path, sub)
+            return path
+        return os.path.dirname(path) or "."
+
+    def trained_max_seq_length(self):
+        """(max_seq_length, file) recorded by a pre-training run: a top-level JSON key in the
+        checkpoint dir or its parents, e.g. the `<model_dir>/hparams.json` that
+        pretrain/task.py writes ({"max_seq_length": 128, ...}); None if unknown."""
+        directory = self.resolved_dir()
+        if directory is None:
+            return None
+        candidates = []
+        for d in (directory, os.path.dirname(os.path.abspath(directory)),
+                  os.path.dirname(os.path.dirname(os.path.abspath(directory)))):
+            # pretrain/task.py writes <model_dir>/hparams.json (with max_seq_length).
+            known = [os.path.join(d, name) for name in PRETRAIN_RECORD_FILES]
+            candidates += [p for p in known if os.path.isfile(p)]
+            candidates += [p for p in sorted(glob.glob(os.path.join(d, "*.json")))
+                           if p not in known]
+        for path in candidates:
+            if os.path.basename(path) in ("config.json",):
+                continue  # HF model config: max_position_embeddings, not the trained length
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            for key in PRETRAIN_SEQ_KEYS:
+                value = data.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value, path
+        return None
+
+
+def check_sequence_length(source: EncoderSource, max_seq_length: int, task: str):
+    cfg = source.config
+    if max_seq_length > cfg.max_position_embeddings:
+        raise UsageError(f"{task}: max_seq_length {max_seq_length} exceeds the model's "
+                         f"{cfg.max_position_embeddings} position embeddings")
+    if source.tensors is None:
+        return
+    recorded = source.trained_max_seq_length()
+    if recorded is not None:
+        trained, where = recorded
+        if max_seq_length > trained:
+            warn(f"{task}: max_seq_length {max_seq_length} but the checkpoint was pre-trained "
+                 f"with sequences of at most {trained} tokens ({where}): position embeddings "
+                 f"{trained}..{max_seq_length - 1} were never trained (random init); expect "
+                 f"worse results than a checkpoint pre-trained at {max_seq_length}")
+    elif max_seq_length > 128:
+        warn(f"{task}: max_seq_length {max_seq_length} > 128: ConvBERT/ELECTRA pre-train at 128 "
+             f"tokens, so position embeddings beyond 128 may never have been trained in "
+             f"{source.path} (it records no pre-training max_seq_length)")
+
+
+def find_vocab_file(vocab_flag, init_checkpoint):
+    if vocab_flag:
+        if not os.path.isfile(vocab_flag):
+            raise UsageError(f"{vocab_flag}: vocab file not found")
+        return vocab_flag
+    if init_checkpoint:
+        base = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
+            init_checkpoint)
+        parent = os.path.dirname(os.path.abspath(base))
+        for d in (base, os.path.join(base, "discriminator"), parent):
+            for name in ("vocab.txt", "bert-uncased-vocab.txt"):
+                path = os.path.join(d, name)
+                if os.path.isfile(path):
+                    return path
+    raise UsageError("--vocab_file is required (the BERT uncased vocab.txt); none was found "
+                     "next to --init_checkpoint")
+

@@ -1,0 +1,239 @@
+"""GLUE fine-tuning: read a task's files, train its trials, write dev predictions, metrics,
+leaderboard files and the paper-style dev table.
+
+    data = load_glue_data("mrpc", hp, data_dir, do_train=True, do_eval=True, do_predict=False)
+    run_glue_task("mrpc", hp, data, source, tokenizer, model_dir, submission={})
+
+Files under `<model_dir>/results/`: `<task>_dev_predictions.tsv`, `<task>_dev_metrics.json`
+(suffix `_trial<k>` with several trials, plus `<task>_dev_summary.json`: median and mean ± std),
+and with --do_predict the leaderboard TSVs and `glue_submission.zip` under `results/leaderboard/`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from finetune.console import say, warn
+
+GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),
+                      ("mrpc", "MRPC", "accuracy"), ("sts", "STS", "spearman"),
+                      ("qqp", "QQP", "accuracy"), ("mnli-m", "MNLI", "accuracy"),
+                      ("qnli", "QNLI", "accuracy"), ("rte", "RTE", "accuracy"))
+
+
+def glue_eval_splits(task):
+    return [("mnli-m", "dev_matched"), ("mnli-mm", "dev_mismatched")] if task == "mnli" \
+        else [(task, "dev")]
+
+
+def glue_predict_splits(task, data_dir):
+    from finetune.glue.leaderboard import SUBMISSION_FILES
+    if task == "mnli":
+        splits = [("MNLI-m", "test_matched"), ("MNLI-mm", "test_mismatched")]
+        if os.path.isfile(os.path.join(data_dir, "diagnostic", "diagnostic.tsv")):
+            splits.append(("AX", "diagnostic"))
+        else:
+            warn(f"{data_dir}/diagnostic/diagnostic.tsv not found: no AX predictions")
+        return splits
+    stem = [s for s, (t, _) in SUBMISSION_FILES.items() if t == task][0]
+    return [(stem, "test")]
+
+
+def glue_features(examples, task, tokenizer, max_seq_length):
+    from finetune.features import convert_examples_to_features
+    return convert_examples_to_features(examples, task, tokenizer, max_seq_length)
+
+
+def glue_model_fns(task):
+    """(forward_fn, loss_fn) for a GLUE task."""
+    from finetune.classification_head import (classification_loss, normalize_regression_label,
+                                              regression_loss)
+    from finetune.glue.tasks import get_task
+    spec = get_task(task)
+
+    def forward(encoder, head, batch, training):
+        h = encoder({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+                     "segment_ids": batch["segment_ids"]}, training=training)
+        return {"logits": head(h, training=training)}
+
+    def loss(outputs, batch):
+        if spec.is_regression:
+            target = normalize_regression_label(batch["label_ids"], spec.min_value, spec.max_value)
+            return regression_loss(outputs["logits"], target)
+        return classification_loss(outputs["logits"], batch["label_ids"])
+
+    return forward, loss
+
+
+def to_predictions(task, logits):
+    """Label ids (classification) or label-scale scores (regression) from head outputs."""
+    import numpy as np
+    from finetune.classification_head import denormalize_regression_output
+    from finetune.glue.tasks import get_task
+    spec = get_task(task)
+    if spec.is_regression:
+        return denormalize_regression_output(np.asarray(logits, np.float64), spec.min_value,
+                                             spec.max_value)
+    return np.argmax(logits, axis=-1)
+
+
+class GlueData:
+    """The examples of one GLUE task, read (and checked) before any model work."""
+
+    def __init__(self, task, train, evals, predicts):
+        self.task = task
+        self.train = train          # [InputExample] or None
+        self.evals = evals          # [(result key, [InputExample])]
+        self.predicts = predicts    # [(submission stem, [InputExample])]
+
+
+def load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict):
+    """Reads every file the run needs; DataError (file + line) on bad input."""
+    from finetune.glue.readers import add_swapped_pairs, read_examples, task_file
+    from finetune.glue.tasks import DataError, get_task
+    spec = get_task(task)
+    train = None
+    if do_train:
+        train = read_examples(data_dir, task, "train")
+        if not train:
+            raise DataError(f"{task_file(data_dir, task, 'train')}: no training examples")
+        if hp.max_train_examples:
+            train = train[:hp.max_train_examples]
+        if hp.double_unordered and spec.unordered_pair:
+            train = add_swapped_pairs(train)
+    evals = []
+    if do_eval:
+        for key, split in glue_eval_splits(task):
+            examples = read_examples(data_dir, task, split)
+            if not examples:
+                raise DataError(f"{task_file(data_dir, task, split)}: no examples to evaluate")
+            if hp.max_eval_examples:
+                examples = examples[:hp.max_eval_examples]
+            evals.append((key, examples))
+    predicts = []
+    if do_predict:   # always the whole test file: the leaderboard needs every id
+        for stem, split in glue_predict_splits(task, data_dir):
+            predicts.append((stem, read_examples(data_dir, task, split)))
+    return GlueData(task, train, evals, predicts)
+
+
+def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
+    from finetune.classification_head import ClassificationHead
+    from finetune.glue import leaderboard
+    from finetune.glue.tasks import get_task
+    from finetune.encoder_source import check_sequence_length
+    from finetune.trainer import train_trials
+
+    spec = get_task(task)
+    check_sequence_length(source, hp.max_seq_length, task)
+    do_train = data.train is not None
+    train_features = None
+    if do_train:
+        train_features = glue_features(data.train, task, tokenizer, hp.max_seq_length)
+        say(f"{task}: {len(data.train)} training examples"
+            + (" (both sentence orders)" if hp.double_unordered and spec.unordered_pair else ""))
+    eval_sets = [(key, examples, glue_features(examples, task, tokenizer, hp.max_seq_length))
+                 for key, examples in data.evals]
+    predict_sets = [(stem, examples, glue_features(examples, task, tokenizer, hp.max_seq_length))
+                    for stem, examples in data.predicts]
+
+    forward, loss = glue_model_fns(task)
+
+    def make_head(config):
+        head = ClassificationHead(spec.num_labels, spec.is_regression, dropout_rate=0.1,
+                                  initializer_range=config.initializer_range,
+                                  name=f"{task}_head")
+        head.build((None, None, config.hidden_size))
+        return head
+
+    trial_metrics = {key: [] for key, _, _ in eval_sets}
+    trial_test_preds = []
+    for trial, trainer, steps in train_trials(hp, task, model_dir, source, make_head, forward,
+                                              loss, train_features, printer=say):
+        for key, examples, features in eval_sets:
+            logits = trainer.predict(features, ["logits"])["logits"]
+            preds = to_predictions(task, logits)
+            labels = features["label_ids"]
+            metrics = leaderboard.write_dev_predictions(
+                model_dir, key, [e.guid for e in examples], preds, labels,
+                trial=trial.record_number(hp.num_trials))
+            trial_metrics[key].append(metrics)
+            trainer.write_scalars(f"dev_{key}", metrics, steps)
+            say(f"{trial.label}: dev {key} " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+                + f" ({len(examples)} examples)")
+        if predict_sets:
+            trial_test_preds.append([(stem, [e.guid for e in ex],
+                                      to_predictions(task, trainer.predict(f, ["logits"])
+                                                     ["logits"]))
+                                     for stem, ex, f in predict_sets])
+        if hp.save_finetuned_model:
+            trainer.encoder.save_pretrained(os.path.join(model_dir, "finetuned", task + trial.suffix))
+    # Trial summaries.
+    if hp.num_trials > 1:
+        for key, metrics_list in trial_metrics.items():
+            if metrics_list:
+                summary = leaderboard.write_trials_summary(model_dir, key, metrics_list)
+                say(leaderboard.format_summary(key, summary))
+    # Leaderboard predictions: the trial with the best dev score (trial 1 without dev results).
+    if trial_test_preds:
+        best = 0
+        main_key = glue_eval_splits(task)[0][0]
+        if trial_metrics.get(main_key):
+            scores = [sum(m.values()) / len(m) for m in trial_metrics[main_key]]
+            best = max(range(len(scores)), key=lambda i: scores[i])
+        for stem, ids, preds in trial_test_preds[best]:
+            submission[stem] = (ids, preds)
+        if hp.num_trials > 1:
+            say(f"{task}: test predictions from trial {best + 1} (best dev score)")
+    return trial_metrics
+
+
+def write_glue_submission(submission, model_dir, data_dir):
+    from finetune.glue import leaderboard
+    out_dir = os.path.join(model_dir, "results", "leaderboard")
+    zip_path = leaderboard.write_submission(out_dir, submission)
+    rows = leaderboard.validate_submission(out_dir, data_dir, require_all=False)
+    say(f"leaderboard files: {', '.join(sorted(rows))} -> {zip_path} (validated against the "
+        f"test files; the GLUE server wants all {len(leaderboard.SUBMISSION_FILES)} files)")
+    return zip_path
+
+
+# ---------------------------------------------------------------------------------- GLUE table
+def _median_metrics(results_dir, key):
+    path = os.path.join(results_dir, f"{key}_dev_summary.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)["summary"]
+        return {m: s["median"] for m, s in summary.items()}, summary
+    path = os.path.join(results_dir, f"{key}_dev_metrics.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)["metrics"], None
+    return None, None
+
+
+def glue_table(model_dir) -> str:
+    """The ELECTRA/ConvBERT dev table: one metric per task (median over trials) and the mean."""
+    from finetune.glue.metrics import glue_score
+    results_dir = os.path.join(model_dir, "results")
+    header, values, results = [], [], {}
+    for key, title, metric in GLUE_TABLE_COLUMNS:
+        metrics, summary = _median_metrics(results_dir, key)
+        header.append(title)
+        if metrics is None:
+            values.append("-")
+            continue
+        results[key] = metrics
+        cell = f"{metrics[metric]:.1f}"
+        if summary is not None:
+            s = summary[metric]
+            cell += f" ({s['mean']:.1f}±{s['std']:.1f}, n={s['n']})"
+        values.append(cell)
+    header.append("Avg")
+    values.append(f"{glue_score(results, style='paper'):.1f}" if results else "-")
+    widths = [max(len(h), len(v)) for h, v in zip(header, values)]
+    lines = ["GLUE dev (median over trials; CoLA MCC, STS-B Spearman, accuracy otherwise; "
+             "Avg over the tasks present, WNLI excluded)",
+             "  ".join(h.rjust(w) for h, w in zip(header, widths)),
+             "  ".join(v.rjust(w) for v, w in zip(values, widths))]
+    return "\n".join(lines)

@@ -1,0 +1,246 @@
+"""Pre-training as a task of the training core: ELECTRA replaced-token detection (or BERT's MLM
+with `electra_objective=False`) with a ConvBERT generator / discriminator.
+
+    summary = pretrain(hp, model_dir, train_files, strategy, vocab_size)
+
+What is pre-training's own lives here: the `ElectraPretrainer` model, the TFRecord batches with
+their example ids (the masking and sampling RNG is a function of them, so a resumed run masks
+exactly as an uninterrupted one), the global loss denominators, the metrics of a log window
+(generator accuracy, discriminator accuracy and AUC), the sequence-length phases of the paper's
+appendix 6.2, and the exports. The loop, optimizer, checkpoints, progress and summary are the
+core's (training/core.py).
+
+Layout of <model_dir>: hparams.json, checkpoints/ckpt-<step>, train/ (TensorBoard),
+discriminator/ and generator/ (native Keras exports, replaced atomically at every save, so
+`ConvBertModel.from_pretrained(model_dir)` always finds a complete model) and
+pretraining_summary.json.
+"""
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from pretrain.hparams import HParamsError, model_config
+from training import Task, TrainingCore, TrainingError, TrainSettings
+from training.state import atomic_replace_dir, remove_tree
+
+AUC_BINS = 200
+SUMMARY_FILE = "pretraining_summary.json"
+HPARAMS_FILE = "hparams.json"
+# Checkpoints live one level down, so that model_dir itself holds no TF `checkpoint` file and
+# `ConvBertModel.from_pretrained(model_dir)` finds the exported `discriminator/`.
+CHECKPOINT_DIR = "checkpoints"
+POSITION_TABLE = "electra/embeddings/position_embeddings"
+
+
+def auc_from_histograms(pos, neg):
+    """ROC AUC from per-bin counts of positive / negative scores (ties within a bin count 1/2)."""
+    pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+    n_pos, n_neg = pos.sum(), neg.sum()
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    neg_below = np.cumsum(neg) - neg
+    return float(np.sum(pos * (neg_below + 0.5 * neg)) / (n_pos * n_neg))
+
+
+class PretrainingTask(Task):
+    scalar_prefix = ""   # <model_dir>/train/loss, .../disc_auc, ...
+
+    def __init__(self, hp, train_files, vocab_size, special_ids=None):
+        self.hp = hp
+        self.train_files = train_files
+        self.special_ids = dict(special_ids or {})
+        self.disc_config = model_config(hp, vocab_size)
+        if hp.max_seq_length > self.disc_config.max_position_embeddings:
+            raise HParamsError(f"max_seq_length {hp.max_seq_length} is beyond the model's "
+                               f"{self.disc_config.max_position_embeddings} position embeddings "
+                               "(max_position_embeddings)")
+        from pretrain.generator_config import generator_config
+        self.gen_config = generator_config(self.disc_config, hp.generator_hidden_size,
+                                           hp.generator_layers)
+
+    # ------------------------------------------------------------------ models and state
+    def build(self):
+        import keras
+        from pretrain.electra_pretrainer import ElectraPretrainer
+        hp = self.hp
+        keras.utils.set_random_seed(hp.seed)
+        self.pretrainer = ElectraPretrainer(
+            self.disc_config, self.gen_config, electra_objective=hp.electra_objective,
+            mask_prob=hp.mask_prob, max_predictions_per_seq=hp.max_predictions_per_seq,
+            gen_weight=hp.gen_weight, disc_weight=hp.disc_weight, temperature=hp.temperature,
+            disallow_correct=hp.disallow_correct, seed=hp.seed, **self.special_ids)
+        if not self.pretrainer.built or not self.pretrainer.trainable_variables:
+            t = hp.max_seq_length
+            ones = tf.ones([1, t], tf.int32)
+            self.pretrainer({"input_ids": ones * 5, "input_mask": ones, "segment_ids": ones * 0,
+                             "example_id": tf.zeros([1], tf.int64)},
+                            step=tf.constant(0, tf.int64), training=False)
+        self.seq_length = tf.Variable(hp.max_seq_length, dtype=tf.int64, trainable=False,
+                                      name="seq_length")
+        return self.pretrainer
+
+    def named_variables(self):
+        """Official names where the pretrainer has them (weight decay exclusion is matched on
+        them), else the Keras path; every trainable variable is covered."""
+        names = {id(v): n for n, v in self.pretrainer.weight_map().items()}
+        return {names.get(id(v), v.path): v for v in self.pretrainer.trainable_variables}
+
+    def extra_state(self):
+        # The masking / sampling / dropout RNG state: a resumed run draws what an uninterrupted
+        # one would.
+        rng_state = [v.value if hasattr(v, "value") else v for v in self.pretrainer.variables
+                     if not v.trainable]
+        return {"seq_length": self.seq_length, "model_state": rng_state}
+
+    def start_phase(self, log):
+        """After a restore with another max_seq_length: a new data phase (paper app. 6.2).
+        Returns True when the examples counter must restart (another data stream)."""
+        old = int(self.seq_length.numpy())
+        new = self.hp.max_seq_length
+        if old == new:
+            return False
+        if new > old:
+            table = self.pretrainer.weight_map().get(POSITION_TABLE)
+            if table is None:
+                raise TrainingError(f"cannot find {POSITION_TABLE} to extend")
+            value = np.asarray(table.numpy())
+            reps = -(-new // old)
+            value[old:new] = np.tile(value[:old], (reps, 1))[:new - old]
+            table.assign(value)
+            log(f"max_seq_length {old} -> {new}: position embeddings {old}..{new - 1} "
+                f"initialised by copying the trained rows 0..{old - 1}")
+        else:
+            log(f"max_seq_length {old} -> {new}")
+        self.seq_length.assign(new)
+        return True
+
+    # ------------------------------------------------------------------ data
+    def dataset(self, skip_batches):
+        """Global batches of the TFRecord shards, with `example_id` = the example's position in
+        the run's stream (the masking and sampling RNG key)."""
+        from data.pretraining_input import pretraining_dataset
+        hp = self.hp
+        batch = hp.train_batch_size
+        ds = pretraining_dataset(self.train_files, batch, hp.max_seq_length, is_training=True,
+                                 seed=hp.seed, shuffle_buffer=hp.shuffle_buffer,
+                                 skip_batches=skip_batches, check_files=False)
+
+        def add_ids(index, features):
+            return {**features, "example_id": index * batch + tf.range(batch, dtype=tf.int64)}
+
+        return ds.enumerate(start=skip_batches).map(add_ids)
+
+    # ------------------------------------------------------------------ one batch
+    def loss_denominators(self, batch):
+        local = self.pretrainer.loss_denominators(batch)
+        return {"gen": local["gen"], "disc": local["disc"]}
+
+    def compute(self, batch, step, denominators):
+        out = self.pretrainer(batch, step=step, training=True,
+                              gen_denominator=denominators["gen"],
+                              disc_denominator=denominators["disc"])
+        token_mask = tf.cast(batch["input_mask"], tf.float32)
+        probs = tf.cast(out["disc_probs"], tf.float32)
+        labels = tf.cast(out["disc_labels"], tf.float32)
+        # Histograms of discriminator scores of replaced / original tokens: the AUC of a window
+        # (summed over replicas and steps) without keeping every score.
+        bins = tf.reshape(tf.clip_by_value(tf.cast(probs * AUC_BINS, tf.int32), 0, AUC_BINS - 1),
+                          [-1])
+        pos = tf.math.unsorted_segment_sum(tf.reshape(labels * token_mask, [-1]), bins, AUC_BINS)
+        neg = tf.math.unsorted_segment_sum(tf.reshape((1.0 - labels) * token_mask, [-1]), bins,
+                                           AUC_BINS)
+        w_gen = tf.cast(out["gen_weight_sum"], tf.float32)
+        w_disc = tf.cast(out["disc_weight_sum"], tf.float32)
+        metrics = {
+            "gen_loss": out["gen_loss_sum"],
+            "gen_accuracy": tf.cast(out["gen_accuracy"], tf.float32) * w_gen,
+            "gen_weight": w_gen,
+            "disc_loss": out["disc_loss_sum"],
+            "disc_accuracy": tf.cast(out["disc_accuracy"], tf.float32) * w_disc,
+            "disc_weight": w_disc,
+            "auc_pos": pos, "auc_neg": neg,
+        }
+        return out["total_loss"], metrics
+
+    # ------------------------------------------------------------------ a log window
+    def summarize(self, sums, num_steps):
+        hp = self.hp
+        gen = float(sums["gen_loss"]) / max(float(sums["gen_weight"]), 1e-6)
+        gen_acc = float(sums["gen_accuracy"]) / max(float(sums["gen_weight"]), 1e-6)
+        disc = float(sums["disc_loss"]) / max(float(sums["disc_weight"]), 1e-6)
+        disc_acc = float(sums["disc_accuracy"]) / max(float(sums["disc_weight"]), 1e-6)
+        total = hp.gen_weight * gen + hp.disc_weight * disc if hp.electra_objective else gen
+        return {"loss": total, "gen_loss": gen, "gen_accuracy": gen_acc, "disc_loss": disc,
+                "disc_accuracy": disc_acc,
+                "disc_auc": auc_from_histograms(sums["auc_pos"], sums["auc_neg"])}
+
+    def describe(self, record):
+        return (f"| loss {record['loss']:.4f} | gen loss {record['gen_loss']:.4f} acc "
+                f"{record['gen_accuracy']:.3f} | disc loss {record['disc_loss']:.4f} acc "
+                f"{record['disc_accuracy']:.3f} auc {record['disc_auc']:.3f}")
+
+    # ------------------------------------------------------------------ exports
+    def export(self, model_dir):
+        for part, fn in (("discriminator", self.pretrainer.export_discriminator),
+                         ("generator", self.pretrainer.export_generator)):
+            final = os.path.join(model_dir, part)
+            tmp = os.path.join(model_dir, f".{part}.tmp-{os.getpid()}")
+            remove_tree(tmp)
+            fn(tmp, "keras")
+            atomic_replace_dir(tmp, final)
+
+
+def train_settings(hp):
+    return TrainSettings(
+        total_steps=hp.num_train_steps, batch_size=hp.train_batch_size,
+        learning_rate=hp.learning_rate, warmup_steps=hp.num_warmup_steps,
+        lr_decay_power=hp.lr_decay_power, weight_decay_rate=hp.weight_decay_rate,
+        clip_norm=hp.clip_norm, precision=hp.precision, jit_compile=hp.jit_compile,
+        log_every=hp.log_every_n_steps, save_every=hp.save_checkpoints_steps,
+        keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save)
+
+
+def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None):
+    """(task, core) of a pre-training run, built (models, optimizer, checkpoint object)."""
+    task = PretrainingTask(hp, train_files, vocab_size, special_ids)
+    core = TrainingCore(task, train_settings(hp), strategy, log=log)
+    core.build()
+    return task, core
+
+
+def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, special_ids=None):
+    """Pre-train (or resume) in `model_dir`; returns the run summary (also written to
+    <model_dir>/pretraining_summary.json)."""
+    from training import distribution as dist
+    started_at = time.time()
+    model_dir = model_dir if "://" in str(model_dir) else os.path.abspath(model_dir)
+    task, core = make_core(hp, train_files, strategy, vocab_size, log, special_ids)
+    checkpoint_dir = os.path.join(model_dir, CHECKPOINT_DIR)
+    if core.chief:
+        tf.io.gfile.makedirs(model_dir)
+    restored = core.restore(checkpoint_dir)
+    resumed_step = int(core.step.numpy())
+    if restored:
+        if task.start_phase(log):
+            core.examples.assign(0)  # a new data stream (other TFRecords) starts at its beginning
+        log(f"resumed from {restored} at step {resumed_step}")
+    if core.chief:
+        hp.to_json(os.path.join(model_dir, HPARAMS_FILE))
+    task_type, task_index, _ = dist.task_info()
+    log(f"{hp.model_name}: {hp.model_size} ConvBERT, {core.num_params:,} trainable parameters "
+        f"(discriminator + generator); {dist.describe(strategy)}; batch {hp.train_batch_size} x "
+        f"{hp.max_seq_length}; precision {hp.precision}; jit_compile {core.jit_compile}; steps "
+        f"{resumed_step} -> "
+        f"{hp.num_train_steps}")
+    summary = core.fit(
+        checkpoint_dir=checkpoint_dir,
+        scratch_dir=os.path.join(model_dir, ".workers", f"{task_type}_{task_index}"),
+        log_dir=os.path.join(model_dir, "train"), export_dir=model_dir,
+        last_checkpoint=restored, started_at=started_at, summary_path=os.path.join(model_dir, SUMMARY_FILE),
+        summary_extra={"model_name": hp.model_name, "model_size": hp.model_size,
+                       "model_dir": model_dir, "max_seq_length": hp.max_seq_length,
+                       "discriminator": os.path.join(model_dir, "discriminator"),
+                       "generator": os.path.join(model_dir, "generator")})
+    return summary

@@ -1,0 +1,390 @@
+"""The training core: one step loop for every objective (see training/task.py for the Task side).
+
+    core = TrainingCore(task, TrainSettings(total_steps=1000, batch_size=128, learning_rate=5e-4,
+                                            warmup_steps=100), strategy)
+    core.build()                                    # precision, models, optimizer, counters
+    restored = core.restore(checkpoint_dir)         # exact resume (None: a fresh run)
+    result = core.fit(checkpoint_dir=..., log_dir=..., export_dir=...)
+
+* Precision: the Keras policy is set before the task builds its models ("fp32", "bf16" =
+  mixed_bfloat16, "mixed_float16" with dynamic loss scaling).
+* Optimizer: ELECTRA's AdamW without bias correction (model/optimization.py) with the linear
+  warm-up / decay schedule, weight decay off for LayerNorm / bias, optional layer-wise LR decay,
+  gradients clipped to global norm `clip_norm`.
+* The step: `strategy.run` over each replica's share of the GLOBAL batch. Losses that need global
+  denominators (masked positions, real tokens) get them summed over replicas first, so every
+  replica's loss is its share of the one-device loss and 1, 2 or N replicas (or workers) train
+  alike up to float rounding. Gradients are summed over replicas and clipped once; the
+  forward/backward of one replica has no collectives, so it can be XLA-compiled (`jit_compile`,
+  default on for one GPU).
+* State: tf.train.Checkpoint(model, optimizer, step, examples consumed, task state), keep-N. A
+  rerun restores it and the task's dataset skips the batches already consumed: in deterministic
+  mode a resumed run is bit-identical to one never interrupted (tests/pretrain/test_resume.py).
+* The loop: a progress line every `log_every` steps (task fields, lr, seq/s, elapsed, ETA),
+  TensorBoard scalars, a history of window records, and a non-finite guard: a non-finite loss
+  (or gradient norm, without loss scaling) stops the run before any save, so the last good
+  checkpoint is never overwritten.
+"""
+import dataclasses
+import time
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from training import distribution
+from training.progress import StepRate, format_duration
+from training.state import (CheckpointSaver, TrainingError, checkpoint_step, restore_latest,
+                            write_json_atomic)
+from training.summaries import ScalarWriter
+
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16",
+                      "mixed_float16": "mixed_float16"}
+
+
+def set_precision(precision):
+    """The global Keras dtype policy of `precision` (fp32, bf16, mixed_float16). Models built
+    after this call compute in it."""
+    import keras
+    if precision not in PRECISION_POLICIES:
+        raise TrainingError(f"unknown precision {precision!r}; one of "
+                            f"{', '.join(PRECISION_POLICIES)}")
+    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
+
+
+@dataclasses.dataclass
+class TrainSettings:
+    """What the core needs to train one task; the drivers fill it from their hparams."""
+    total_steps: int
+    batch_size: int                        # GLOBAL batch, split over the replicas
+    learning_rate: float
+    warmup_steps: int = 0
+    warmup_proportion: float = 0.0         # fine-tuning: warm-up = proportion * total_steps
+    lr_decay_power: float = 1.0
+    weight_decay_rate: float = 0.01
+    clip_norm: Optional[float] = 1.0
+    layerwise_lr_decay: Optional[float] = None   # fine-tuning: decay ** (L + 2 - depth)
+    num_layers: Optional[int] = None             # ... over this many encoder layers
+    precision: str = "fp32"
+    jit_compile: Optional[bool] = None           # None: on for one GPU, else off
+    log_every: int = 100
+    save_every: Optional[int] = None
+    keep_checkpoints: int = 5
+    export_on_save: bool = True
+
+    def warmup(self, total_steps):
+        return max(int(self.warmup_steps), int(total_steps * self.warmup_proportion))
+
+
+class TrainingCore:
+    def __init__(self, task, settings, strategy=None, log=print):
+        self.task = task
+        self.settings = settings
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.log = log
+        self.chief = distribution.is_chief(self.strategy)
+        self.num_replicas = self.strategy.num_replicas_in_sync
+        if settings.batch_size % self.num_replicas:
+            raise TrainingError(f"train_batch_size {settings.batch_size} is not divisible by the "
+                                f"{self.num_replicas} replicas")
+        self.loss_scaled = settings.precision == "mixed_float16"
+        jit = settings.jit_compile
+        if jit is None:
+            jit = bool(tf.config.list_physical_devices("GPU")) and self.num_replicas == 1
+        self.jit_compile = bool(jit)
+        self.optimizer = self.schedule = None
+        self._train_step = None
+        self._optimizer_steps = None
+
+    # ------------------------------------------------------------------ building
+    def build(self):
+        set_precision(self.settings.precision)
+        with self.strategy.scope():
+            self.model = self.task.build()
+            self.named_variables = dict(self.task.named_variables())
+            self.variables = list(self.named_variables.values())
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
+            self._build_optimizer(self.settings.total_steps)
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, step=self.step, examples=self.examples,
+            **self.task.extra_state())
+        self.num_params = int(sum(np.prod(v.shape) for v in self.variables))
+        return self
+
+    def _build_optimizer(self, total_steps):
+        import keras
+        from model import optimization
+        s = self.settings
+        self.schedule = optimization.linear_warmup_linear_decay(
+            s.learning_rate, s.warmup(total_steps), total_steps, power=s.lr_decay_power)
+        multipliers = None
+        if s.layerwise_lr_decay and s.layerwise_lr_decay != 1.0:
+            multipliers = optimization.layerwise_lr_multipliers(
+                list(self.named_variables), s.num_layers, s.layerwise_lr_decay)
+        optimizer = optimization.AdamWeightDecay(
+            self.schedule, weight_decay_rate=s.weight_decay_rate, clip_norm=s.clip_norm,
+            name_map=self.named_variables, lr_multipliers=multipliers)
+        if self.loss_scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer.build(self.variables)
+        self.optimizer = optimizer
+        self._optimizer_steps = total_steps
+        self._train_step = None
+
+    def set_total_steps(self, total_steps):
+        """Another schedule length (fine-tuning: steps follow the task's example count)."""
+        if total_steps != self._optimizer_steps:
+            self.settings = dataclasses.replace(self.settings, total_steps=int(total_steps))
+            with self.strategy.scope():
+                self._build_optimizer(int(total_steps))
+            self.checkpoint = tf.train.Checkpoint(
+                model=self.model, optimizer=self.optimizer, step=self.step,
+                examples=self.examples, **self.task.extra_state())
+
+    def reset(self):
+        """Optimizer state (Adam moments, iterations, loss scale) and counters back to zero, on the
+        same variables, so the traced step is reused (fine-tuning trials)."""
+        optimizer = self.optimizer
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        for variable in inner.variables:
+            if variable.name != "learning_rate":
+                variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        if inner is not optimizer:   # LossScaleOptimizer
+            optimizer.dynamic_scale.assign(optimizer.initial_scale)
+            optimizer.step_counter.assign(0)
+        self.step.assign(0)
+        self.examples.assign(0)
+
+    # ------------------------------------------------------------------ state
+    def restore(self, checkpoint_dir):
+        """Restore the newest checkpoint of `checkpoint_dir` (None when there is none)."""
+        return restore_latest(self.checkpoint, checkpoint_dir)
+
+    def _save(self, saver, export_dir):
+        path = saver.save(int(self.step.numpy()))
+        if self.chief and export_dir is not None and self.settings.export_on_save:
+            self.task.export(export_dir)
+        return path
+
+    # ------------------------------------------------------------------ the step
+    def _iterator(self, skip_batches):
+        ds = self.task.dataset(skip_batches)
+        options = tf.data.Options()
+        options.deterministic = True
+        # Every worker sees the same global batches and keeps its replicas' rows of each one, so
+        # N workers train on exactly the examples one device would.
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.DATA
+        return iter(self.strategy.experimental_distribute_dataset(ds.with_options(options)))
+
+    def train_step(self):
+        """The traced step: `train_step(iterator)` -> {metric: sum over replicas}."""
+        if self._train_step is None:
+            self._train_step = self._make_train_step()
+        return self._train_step
+
+    def _make_train_step(self):
+        from model import optimization
+        s = self.settings
+        task, strategy, optimizer = self.task, self.strategy, self.optimizer
+        variables, loss_scaled, num_replicas = self.variables, self.loss_scaled, self.num_replicas
+        sum_op = tf.distribute.ReduceOp.SUM
+        # The toolkit's optimizer clips AFTER the cross-replica sum (one all-reduce, clipped like
+        # one device). Any other optimizer (or loss scaling, which must unscale before clipping)
+        # gets the gradients all-reduced and clipped here first.
+        reduce_in_optimizer = (not loss_scaled and
+                               isinstance(optimizer, optimization.AdamWeightDecay)
+                               and optimizer.clip_norm == (s.clip_norm or None))
+        # Embedding gradients are IndexedSlices. Handed to AdamWeightDecay as they are, the clip
+        # norm is taken over the slices, as the official code's tf.clip_by_global_norm does (a
+        # token seen twice counts twice), and the update on their dense sum. XLA and the
+        # all-reduce below need dense tensors.
+        densify = self.jit_compile or not reduce_in_optimizer
+
+        def compute(batch, step, denominators):
+            """Forward + backward of one replica (no collectives inside: XLA-compilable)."""
+            with tf.GradientTape() as tape:
+                loss, metrics = task.compute(batch, step, denominators)
+                loss = tf.cast(loss, tf.float32)
+                scaled = optimizer.scale_loss(loss) if loss_scaled else loss
+            grads = tape.gradient(scaled, variables)
+            if densify:
+                grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+            metrics = {k: tf.cast(v, tf.float32) for k, v in metrics.items()}
+            metrics["loss"] = loss
+            return grads, metrics
+
+        # Only XLA needs the replica's forward/backward as a function of its own; nested without
+        # it, grappler may fuse the graph differently (float-rounding-level changes).
+        compute_fn = tf.function(compute, jit_compile=True) if self.jit_compile else compute
+
+        def replica_step(batch, step):
+            ctx = tf.distribute.get_replica_context()
+            denominators = task.loss_denominators(batch)
+            if denominators is not None:
+                # Global denominators first (cheap): every replica's loss is then its share of
+                # the global mean, and losses and gradients sum to the one-device ones.
+                keys = sorted(denominators)
+                totals = ctx.all_reduce(sum_op, tf.stack(
+                    [tf.cast(denominators[k], tf.float32) for k in keys]))
+                denominators = {k: totals[i] for i, k in enumerate(keys)}
+            grads, metrics = compute_fn(batch, step, denominators)
+            present = [i for i, g in enumerate(grads) if g is not None]
+            dense = [grads[i] for i in present]
+            if reduce_in_optimizer:
+                # AdamWeightDecay sums the replicas' gradients and clips the sum itself: one
+                # all-reduce. The norm logged is the replicas' mean (exact on one device).
+                optimizer.apply(grads, variables)
+                metrics["grad_norm"] = tf.linalg.global_norm(dense) / num_replicas
+                return metrics
+            if num_replicas > 1:
+                dense = ctx.all_reduce(sum_op, dense)
+            if loss_scaled:
+                scale = tf.cast(optimizer.dynamic_scale, tf.float32)
+                dense = [g / scale for g in dense]
+            if s.clip_norm:
+                dense, grad_norm = tf.clip_by_global_norm(dense, s.clip_norm)
+            else:
+                grad_norm = tf.linalg.global_norm(dense)
+            # The optimizer sums gradients over replicas again: hand it 1/N of the total each.
+            factor = (scale if loss_scaled else 1.0) / num_replicas
+            if loss_scaled or num_replicas > 1:
+                dense = [g * factor for g in dense]
+            final = [None] * len(grads)
+            for i, g in zip(present, dense):
+                final[i] = g
+            optimizer.apply(final, variables)
+            metrics["grad_norm"] = grad_norm / num_replicas
+            return metrics
+
+        batch_size = s.batch_size
+
+        def train_step(iterator):
+            batch = next(iterator)
+            step = self.step.read_value()
+            per_replica = strategy.run(replica_step, args=(batch, step))
+            sums = {k: strategy.reduce(sum_op, v, axis=None) for k, v in per_replica.items()}
+            self.step.assign_add(1)
+            self.examples.assign_add(batch_size)
+            return sums
+
+        return tf.function(train_step)
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, checkpoint_dir=None, scratch_dir=None, log_dir=None, export_dir=None,
+            last_checkpoint=None, summary_path=None, summary_extra=None, started_at=None,
+            writer=None):
+        """Train from the current step to `settings.total_steps`; returns the run summary.
+
+        checkpoint_dir: where checkpoints go (None: none, e.g. fine-tuning trials); scratch_dir:
+        where a non-chief worker saves instead; log_dir: TensorBoard scalars (chief only), or
+        `writer`, a ScalarWriter the caller keeps open (fine-tuning adds dev scalars to it);
+        export_dir: handed to task.export at every save and at the end; last_checkpoint: what
+        `restore` returned (named in the non-finite message); summary_path: the summary JSON
+        (chief only), with `summary_extra` merged in; started_at: when the user's wait began
+        (time.time(); default now), for the summary's wall_seconds."""
+        s = self.settings
+        t_start = time.time()
+        started_at = t_start if started_at is None else started_at
+        start_step = int(self.step.numpy())
+        examples = int(self.examples.numpy())
+        if examples % s.batch_size:
+            self.log(f"note: {examples} examples consumed is not a multiple of the batch size "
+                     f"{s.batch_size}; resuming from the batch boundary below it")
+        iterator = self._iterator(examples // s.batch_size)
+        train_step = self.train_step()
+        saver = None
+        if checkpoint_dir is not None:
+            saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
+                                    scratch_dir=None if self.chief else scratch_dir)
+        own_writer = writer is None
+        if own_writer:
+            writer = ScalarWriter(log_dir if self.chief else None)
+        rate = StepRate(start_step, s.total_steps)
+        window, window_steps, window_start = None, 0, time.time()
+        history = []
+        step, last_saved, stop_message = start_step, last_checkpoint, None
+        try:
+            while step < s.total_steps:
+                values = {k: v.numpy() for k, v in train_step(iterator).items()}
+                step += 1
+                rate.step_done(step)
+                stop_message = self._non_finite(values, step, checkpoint_dir, last_saved)
+                if stop_message:
+                    break
+                window = values if window is None else {k: window[k] + values[k]
+                                                        for k in window}
+                window_steps += 1
+                if step % max(1, s.log_every) == 0 or step == s.total_steps:
+                    now = time.time()
+                    history.append(self._log_window(step, window, window_steps,
+                                                    now - window_start, rate, writer))
+                    window, window_steps, window_start = None, 0, now
+                if saver is not None and ((s.save_every and step % s.save_every == 0)
+                                          or step == s.total_steps):
+                    last_saved = self._save(saver, export_dir)
+        finally:
+            if own_writer:
+                writer.close()
+        if stop_message:
+            raise TrainingError(stop_message)
+        if saver is not None and checkpoint_step(last_saved) != step:
+            last_saved = self._save(saver, export_dir)  # nothing left to train: state is out
+        if self.chief and export_dir is not None and not s.export_on_save:
+            self.task.export(export_dir)
+        train_seconds = time.time() - t_start
+        steps_run = step - start_step
+        first_step = rate.first_step_seconds
+        summary = {
+            "global_step": step, "resumed_from_step": start_step, "steps_this_run": steps_run,
+            "train_batch_size": s.batch_size, "precision": s.precision,
+            "distribution": distribution.describe(self.strategy),
+            "jit_compile": self.jit_compile, "trainable_parameters": self.num_params,
+            "last_checkpoint": last_saved, "wall_seconds": round(time.time() - started_at, 2),
+            "train_seconds": round(train_seconds, 2),
+            "first_step_seconds": round(first_step, 2),
+            "sequences_per_second": round(
+                steps_run * s.batch_size / max(train_seconds - first_step, 1e-9)
+                if steps_run > 1 else 0.0, 2),
+            "first": history[0] if history else None,
+            "final": history[-1] if history else None,
+            "history": history,
+        }
+        summary.update(summary_extra or {})
+        if summary_path is not None and self.chief:
+            write_json_atomic(summary, summary_path)
+        return summary
+
+    def _non_finite(self, values, step, checkpoint_dir, last_saved):
+        """The stop message for a non-finite loss or gradient norm (None when both are finite).
+        With loss scaling a non-finite gradient is expected now and then: the step is skipped
+        and the scale lowered."""
+        loss, grad_norm = float(values["loss"]), float(values["grad_norm"])
+        if np.isfinite(loss) and (np.isfinite(grad_norm) or self.loss_scaled):
+            return None
+        what, bad = ("loss", loss) if not np.isfinite(loss) else ("gradient norm", grad_norm)
+        label = f"{self.task.label}: " if self.task.label else ""
+        saved = ""
+        if checkpoint_dir is not None:
+            saved = (f"; the last good checkpoint is "
+                     f"{last_saved or 'none (no checkpoint was written)'}")
+        return (f"{label}non-finite {what} ({bad}) at step {step}: stopped without saving{saved}; "
+                f"try a lower learning_rate (now {self.settings.learning_rate:g}) or check the "
+                "data")
+
+    def _log_window(self, step, window, num_steps, seconds, rate, writer):
+        s = self.settings
+        record = {"step": step, **self.task.summarize(window, num_steps)}
+        record.setdefault("loss", float(window["loss"]) / num_steps)
+        record["learning_rate"] = float(np.asarray(self.schedule(step - 1)))
+        record["grad_norm"] = float(window["grad_norm"]) / num_steps
+        record["sequences_per_second"] = num_steps * s.batch_size / max(seconds, 1e-9)
+        label = f"{self.task.label}: " if self.task.label else ""
+        self.log(f"{label}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%) "
+                 f"{self.task.describe(record)} | lr {record['learning_rate']:.3g} | "
+                 f"{record['sequences_per_second']:.1f} seq/s | elapsed "
+                 f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
+        writer.write({k: v for k, v in record.items() if k != "step"}, step,
+                     prefix=self.task.scalar_prefix)
+        return record
