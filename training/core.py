@@ -285,8 +285,7 @@ class TrainingCore:
         (chief only), with `summary_extra` merged in; started_at: when the user's wait began
         (time.time(); default now), for the summary's wall_seconds."""
         s = self.settings
-        t_start = time.time()
-        started_at = t_start if started_at is None else started_at
+        started_at = time.time() if started_at is None else started_at
         start_step = int(self.step.numpy())
         examples = int(self.examples.numpy())
         if examples % s.batch_size:
@@ -301,6 +300,7 @@ class TrainingCore:
         own_writer = writer is None
         if own_writer:
             writer = ScalarWriter(log_dir if self.chief else None)
+        loop_start = time.time()   # train_seconds: the loop itself, data pipeline built
         rate = StepRate(start_step, s.total_steps)
         window, window_steps, window_start = None, 0, time.time()
         history = []
@@ -333,7 +333,7 @@ class TrainingCore:
             last_saved = self._save(saver, export_dir)  # nothing left to train: state is out
         if self.chief and export_dir is not None and not s.export_on_save:
             self.task.export(export_dir)
-        train_seconds = time.time() - t_start
+        train_seconds = time.time() - loop_start
         steps_run = step - start_step
         first_step = rate.first_step_seconds
         summary = {
