@@ -92,6 +92,12 @@ def run(argv=None):
         return 0
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
+    for flag in ("model_dir", "data_dir", "init_checkpoint", "vocab_file", "train_file",
+                 "predict_file"):
+        value = getattr(FLAGS, flag)
+        if value and "://" in value:   # local file APIs still (issue 21): refuse, never misplace
+            raise UsageError(f"--{flag} {value}: bucket paths (gs://, ram://, ...) are not "
+                             "supported yet; use a local path")
     tasks = parse_task_names(FLAGS.task_names)
     base_hp = load_hparams(FLAGS.hparams, **collect_flag_overrides())
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):

@@ -128,6 +128,13 @@ def resolve(flag_values):
     from data.pretraining_input import check_shard, find_shards
     from pretrain.hparams import make_hparams, parse_overrides
 
+    for flag in ("model_dir", "data_dir", "vocab_file"):
+        value = getattr(flag_values, flag)
+        if value and "://" in value:
+            # Exports, hparams.json and the vocab are still read and written with local file APIs:
+            # refuse rather than write a local folder named like the bucket (issue 21).
+            raise UsageError(f"--{flag} {value}: bucket paths (gs://, ram://, ...) are not "
+                             "supported yet; use a local directory")
     overrides = parse_overrides(flag_values.hparams)
     from_flags = {k: getattr(flag_values, k) for k in _FLAG_KEYS
                   if getattr(flag_values, k) is not None}

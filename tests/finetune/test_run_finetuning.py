@@ -311,6 +311,15 @@ def _assert_one_line_error(proc, *needles):
         assert str(needle) in last, (needle, last)
 
 
+def test_error_bucket_model_dir_not_written_locally(tmp_path, glue_dir, vocab):
+    proc = run_cli(["--data_dir", glue_dir, "--vocab_file", vocab, "--task_names", "rte",
+                    "--model_dir", "gs://bucket/run"], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "ERROR: --model_dir gs://bucket/run: bucket paths")
+    assert not (REPO_ROOT / "gs:").exists()
+
+
 def test_error_missing_task_directory(tmp_path, vocab):
     (tmp_path / "glue").mkdir()
     proc = run_cli(["--data_dir", tmp_path / "glue", "--task_names", "cola", "--vocab_file",

@@ -225,6 +225,27 @@ def test_run_pretraining_bad_input_is_one_line_error(case, tiny_data, tmp_path, 
     assert not model_dir.exists()  # nothing written
 
 
+def test_run_pretraining_bucket_model_dir_is_refused_not_written_locally(tiny_data, tmp_path,
+                                                                        capsys, monkeypatch):
+    """Until every write goes through tf.io.gfile (issue 21), a bucket model_dir is one line,
+    never a local folder named `ram:` (what os.path.abspath used to make of it)."""
+    import run_pretraining
+    monkeypatch.chdir(tmp_path)
+    argv = driver_cmd(tiny_data, "ram://run", tiny_hparams())[1:]
+    run_pretraining.FLAGS.unparse_flags()
+    try:
+        run_pretraining.FLAGS(argv)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            run_pretraining.main([argv[0]])
+    finally:
+        run_pretraining.FLAGS.unparse_flags()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model_dir ram://run: bucket paths" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_pretraining_bad_input_from_the_command_line(tiny_data, tmp_path):
     data, hparams, flags_, expected = _bad_case_args("feature_names", tiny_data, tmp_path)
     model_dir = tmp_path / "model"
