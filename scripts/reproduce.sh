@@ -2,7 +2,8 @@
 # The reproduction (docs/RESULTS.md): corpus -> shards -> pre-train ConvBERT and ELECTRA -> GLUE.
 #   bash scripts/reproduce.sh --scale tiny      # about 2 hours on 2 CPU cores; ../shared data
 #   bash scripts/reproduce.sh --scale small --corpus_dirs=/data/owt/text --glue_dir=/data/glue \
-#       --output_dir=gs://bucket/repro_small --pretrain_flags='--distribution=tpu --tpu=my-tpu'
+#       --output_dir=/data/repro_small --pretrain_flags='--distribution=tpu --tpu=my-tpu'
+#   (a bucket --output_dir is refused by the drivers until every write goes through tf.io.gfile)
 # Defaults (overridable by the flags that follow): the ../shared corpora, GLUE and BERT vocab, and
 # runs/repro_<scale>. Rerun the same command to resume; finished stages are skipped.
 set -euo pipefail
