@@ -68,6 +68,8 @@ _flags.DEFINE_float("num_train_epochs", None, "Default 3 (RTE/STS-B 10, SQuAD 2)
 _flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (smoke tests).")
 _flags.DEFINE_float("learning_rate", None, "Peak learning rate (default 3e-4 small/medium-small, "
                    "1e-4 base).")
+_flags.DEFINE_string("precision", None, "fp32 (default) | bf16 | mixed_float16 (dynamic loss "
+                    "scaling), as in pre-training.")
 _flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
 _flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
 _flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (medians over trials) "
@@ -77,7 +79,7 @@ _flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (me
 
 def collect_flag_overrides():
     names = ("model_size", "num_trials", "seed", "max_seq_length", "train_batch_size",
-             "num_train_epochs", "max_train_steps", "learning_rate")
+             "num_train_epochs", "max_train_steps", "learning_rate", "precision")
     return {n: getattr(FLAGS, n) for n in names if getattr(FLAGS, n) is not None}
 
 

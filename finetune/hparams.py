@@ -21,6 +21,7 @@ import json
 from typing import Optional
 
 from model.config import ConfigError, read_json_object
+from training import PRECISIONS
 
 MODEL_SIZES = ("small", "medium-small", "base")
 # Peak learning rate per size (configure_finetuning.py).
@@ -46,6 +47,7 @@ class FinetuneHParams:
     weight_decay_rate: float = 0.01
     warmup_proportion: float = 0.1
     clip_norm: float = 1.0
+    precision: str = "fp32"                 # fp32 | bf16 | mixed_float16, as in pre-training
     num_train_epochs: Optional[float] = None
     max_train_steps: Optional[int] = None   # cap on the number of steps (smoke tests)
     train_batch_size: int = 32
@@ -111,6 +113,9 @@ class FinetuneHParams:
             raise HParamsError(f"{where}: max_seq_length {self.max_seq_length} is too small")
         if not 0.0 <= self.warmup_proportion <= 1.0:
             raise HParamsError(f"{where}: warmup_proportion must be in [0, 1]")
+        if self.precision not in PRECISIONS:
+            raise HParamsError(f"{where}: unknown precision {self.precision!r}; choose one of "
+                               f"{', '.join(PRECISIONS)}")
         if not 0.0 < self.layerwise_lr_decay <= 1.0:
             raise HParamsError(f"{where}: layerwise_lr_decay must be in (0, 1]")
         return self

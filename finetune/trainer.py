@@ -75,7 +75,7 @@ def train_trials(hp, task: str, model_dir: str, source, make_head: Callable,
     from training.core import set_precision
     for trial in trials(hp, task, model_dir):
         if trial.number == 1:
-            set_precision("fp32")
+            set_precision(hp.precision)   # before the models are built
             encoder = source.build()
             head = make_head(encoder.config)
             named = dict(encoder.weight_map())
@@ -203,7 +203,8 @@ class Trainer:
             total_steps=total_steps, batch_size=hp.train_batch_size,
             learning_rate=hp.learning_rate, warmup_proportion=hp.warmup_proportion,
             weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm,
-            layerwise_lr_decay=hp.layerwise_lr_decay, num_layers=num_layers, precision="fp32",
+            layerwise_lr_decay=hp.layerwise_lr_decay, num_layers=num_layers,
+            precision=hp.precision,
             jit_compile=False, log_every=max(1, int(hp.log_every_steps)))
 
     def train(self, features: Dict[str, np.ndarray], total_steps: int, seed: int = 0,
@@ -259,7 +260,9 @@ class Trainer:
             @tf.function
             def predict_step(batch):
                 outputs = forward_fn(encoder, head, batch, False)
-                return {k: outputs[k] for k in keys}
+                # bf16 / float16 outputs (mixed precision) leave as float32
+                return {k: tf.cast(outputs[k], tf.float32) if outputs[k].dtype.is_floating
+                        else outputs[k] for k in keys}
             self._predict_steps[keys] = predict_step
         predict_step = self._predict_steps[keys]
         collected = {k: [] for k in keys}

@@ -27,10 +27,10 @@ import os
 from typing import Optional
 
 from model.config import ConfigError, read_json_object
+from training import PRECISIONS  # fp32, bf16, mixed_float16
 
 OFFICIAL_SIZES = ("small", "medium-small", "base")
 MODEL_SIZES = OFFICIAL_SIZES + ("tiny",)
-PRECISIONS = ("fp32", "bf16", "mixed_float16")
 DISTRIBUTIONS = ("one_device", "mirrored", "multi_worker", "tpu")
 
 # ConvBertConfig fields of the tiny demo model (sizes of the official ones come from model/).

@@ -11,7 +11,10 @@ rest: precision and loss scaling, the optimizer and schedule, gradient clipping,
 step, checkpoints with exact resume, the step loop with its non-finite guard, progress line,
 TensorBoard scalars and the run summary. See docs/ARCHITECTURE.md.
 """
-__all__ = ["Task", "TrainSettings", "TrainingCore", "TrainingError"]
+__all__ = ["PRECISIONS", "Task", "TrainSettings", "TrainingCore", "TrainingError"]
+
+# The --precision values of every driver (Keras policies in training/core.py).
+PRECISIONS = ("fp32", "bf16", "mixed_float16")
 
 
 def __getattr__(name):

@@ -38,8 +38,9 @@ from training.state import (CheckpointSaver, TrainingError, checkpoint_step, res
                             write_json_atomic)
 from training.summaries import ScalarWriter
 
-PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16",
-                      "mixed_float16": "mixed_float16"}
+from training import PRECISIONS
+
+PRECISION_POLICIES = dict(zip(PRECISIONS, ("float32", "mixed_bfloat16", "mixed_float16")))
 
 
 def set_precision(precision):
