@@ -204,13 +204,9 @@ def _bad_case_args(case, tiny_data, tmp_path):
     return (pattern, vocab), hparams, spec.get("flags", []), expected
 
 
-@pytest.mark.parametrize("case", sorted(BAD_CASES))
-def test_run_pretraining_bad_input_is_one_line_error(case, tiny_data, tmp_path, capsys):
-    """In-process (fast): main() exits 1 with one `error:` line and writes nothing."""
+def _main_in_process(argv, capsys):
+    """run_pretraining.main on `argv` in this process -> (exit code, stderr lines)."""
     import run_pretraining
-    data, hparams, flags_, expected = _bad_case_args(case, tiny_data, tmp_path)
-    model_dir = tmp_path / "model"
-    argv = driver_cmd(data, model_dir, hparams, *flags_)[1:]
     run_pretraining.FLAGS.unparse_flags()
     try:
         run_pretraining.FLAGS(argv)
@@ -219,8 +215,16 @@ def test_run_pretraining_bad_input_is_one_line_error(case, tiny_data, tmp_path, 
             run_pretraining.main([argv[0]])
     finally:
         run_pretraining.FLAGS.unparse_flags()
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    return exit_info.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_run_pretraining_bad_input_is_one_line_error(case, tiny_data, tmp_path, capsys):
+    """In-process (fast): main() exits 1 with one `error:` line and writes nothing."""
+    data, hparams, flags_, expected = _bad_case_args(case, tiny_data, tmp_path)
+    model_dir = tmp_path / "model"
+    code, err = _main_in_process(driver_cmd(data, model_dir, hparams, *flags_)[1:], capsys)
+    assert code == 1
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
     assert not model_dir.exists()  # nothing written
 
@@ -229,19 +233,9 @@ def test_run_pretraining_bucket_model_dir_is_refused_not_written_locally(tiny_da
                                                                         capsys, monkeypatch):
     """Until every write goes through tf.io.gfile (issue 21), a bucket model_dir is one line,
     never a local folder named `ram:` (what os.path.abspath used to make of it)."""
-    import run_pretraining
     monkeypatch.chdir(tmp_path)
-    argv = driver_cmd(tiny_data, "ram://run", tiny_hparams())[1:]
-    run_pretraining.FLAGS.unparse_flags()
-    try:
-        run_pretraining.FLAGS(argv)
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_info:
-            run_pretraining.main([argv[0]])
-    finally:
-        run_pretraining.FLAGS.unparse_flags()
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    code, err = _main_in_process(driver_cmd(tiny_data, "ram://run", tiny_hparams())[1:], capsys)
+    assert code == 1
     assert len(err) == 1 and "--model_dir ram://run: bucket paths" in err[0], err
     assert list(tmp_path.iterdir()) == []
 
