@@ -38,6 +38,8 @@ flags.DEFINE_integer("seed", 0, "Pre-training seed and first fine-tuning seed.")
 flags.DEFINE_boolean("reference", False, "Also train the PyTorch ELECTRA reference "
                      "(benchmarks/rtd_reference.py) on the ELECTRA run's batches and plot its "
                      "held-out curves beside ours (needs torch + transformers).")
+flags.DEFINE_integer("pretrain_steps", None, "Pre-train this many steps instead of the "
+                     "recipe's (a longer run of the same recipe; warm-up and peak lr unchanged).")
 flags.DEFINE_string("pretrain_flags", "", "Extra flags for run_pretraining.py.")
 flags.DEFINE_string("finetune_flags", "", "Extra flags for run_finetuning.py.")
 flags.DEFINE_boolean("report_only", False, "Only rewrite the report from finished stages.")
@@ -58,6 +60,8 @@ def main(argv):
 
     try:
         recipe = get_recipe(FLAGS.scale)
+        if FLAGS.pretrain_steps is not None:
+            recipe = recipe.with_pretrain_steps(FLAGS.pretrain_steps)
     except RecipeError as e:
         fail(e)
     if not FLAGS.output_dir:

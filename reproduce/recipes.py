@@ -33,6 +33,18 @@ class Recipe:
     num_trials: int                       # fine-tuning seeds per task
     heldout_examples: int = 256           # the fixed held-out batch of the pre-training curves
 
+    def with_pretrain_steps(self, steps):
+        """The same recipe pre-trained for `steps` steps (warm-up and peak lr unchanged; the linear
+        decay stretches to the new end). Checkpoints are spaced so the kept ones still cover the
+        whole run for the held-out curve."""
+        if steps < 1:
+            raise RecipeError(f"--pretrain_steps must be positive, got {steps}")
+        pretrain = dict(self.pretrain, num_train_steps=steps)
+        if "save_checkpoints_steps" in pretrain and "keep_checkpoint_max" in pretrain:
+            pretrain["save_checkpoints_steps"] = max(
+                pretrain["save_checkpoints_steps"], -(-steps // pretrain["keep_checkpoint_max"]))
+        return dataclasses.replace(self, pretrain=pretrain)
+
     def pretrain_hparams(self, model):
         """--hparams of run_pretraining.py for "convbert" or "electra"."""
         overrides = dict(self.model_overrides)

@@ -114,3 +114,27 @@ def test_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: unknown --scale 'nope'")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_longer_pretraining_keeps_the_recipe():
+    from reproduce.recipes import RecipeError, get_recipe
+    tiny = get_recipe("tiny")
+    longer = tiny.with_pretrain_steps(4000)
+    assert longer.pretrain["num_train_steps"] == 4000
+    # 20 kept checkpoints still span the run: one every 200 steps.
+    assert longer.pretrain["save_checkpoints_steps"] == 200
+    for key in ("learning_rate", "num_warmup_steps", "train_batch_size"):
+        assert longer.pretrain[key] == tiny.pretrain[key]
+    assert longer.finetune == tiny.finetune and tiny.pretrain["num_train_steps"] == 1000
+    assert tiny.with_pretrain_steps(500).pretrain["save_checkpoints_steps"] == 100
+    with pytest.raises(RecipeError, match="--pretrain_steps"):
+        tiny.with_pretrain_steps(0)
+
+
+def test_bad_pretrain_steps_is_one_line(tmp_path):
+    glue = shared_path("data", "glue")
+    proc = run_cli([f"--glue_dir={glue}", f"--output_dir={tmp_path / 'out'}",
+                    "--pretrain_steps=-3"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: --pretrain_steps must be positive, got -3"
+    assert not (tmp_path / "out").exists()
