@@ -72,6 +72,16 @@ _flags.DEFINE_string("precision", None, "fp32 (default) | bf16 | mixed_float16 (
                     "scaling), as in pre-training.")
 _flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
 _flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
+_flags.DEFINE_bool("glue_submission", False, "Only gather every task's latest test predictions "
+                  "(<model_dir>/results/leaderboard, or --submission_dir) into one "
+                  "glue_submission.zip, checked against the test sets under --data_dir, and exit. "
+                  "A missing file of the eleven is an error unless --allow_partial.")
+_flags.DEFINE_string("submission_dir", None, "Directory of <NAME>.tsv files for --glue_submission "
+                    "(default <model_dir>/results/leaderboard).")
+_flags.DEFINE_bool("allow_partial", False, "--glue_submission: zip the files present even if some "
+                  "of the eleven are missing.")
+_flags.DEFINE_bool("wnli_majority", False, "--glue_submission: first write WNLI.tsv predicting the "
+                  "train set's majority class for every test example (BERT's WNLI submission).")
 _flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (medians over trials) "
                   "from <model_dir>/results and exit.")
 
@@ -92,6 +102,8 @@ def run(argv=None):
         from finetune.glue_task import glue_table
         say(glue_table(FLAGS.model_dir))
         return 0
+    if FLAGS.glue_submission:
+        return glue_submission()
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
     for flag in ("model_dir", "data_dir", "init_checkpoint", "vocab_file", "train_file",
@@ -117,6 +129,23 @@ def run(argv=None):
               vocab_file=FLAGS.vocab_file, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
               do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
               predict_file=FLAGS.predict_file)
+    return 0
+
+
+def glue_submission():
+    """--glue_submission: one zip from every task's latest leaderboard file."""
+    directory = FLAGS.submission_dir or (
+        FLAGS.model_dir and os.path.join(FLAGS.model_dir, "results", "leaderboard"))
+    if not directory or not FLAGS.data_dir:
+        raise UsageError("--glue_submission needs --data_dir and --model_dir (or --submission_dir)")
+    from finetune.glue import leaderboard
+    from finetune.glue_task import describe_submission
+    if FLAGS.wnli_majority:
+        leaderboard.write_submission_file(
+            os.path.join(directory, "WNLI.tsv"), "wnli",
+            *leaderboard.majority_class_predictions(FLAGS.data_dir, "wnli"))
+    say(describe_submission(leaderboard.make_submission(directory, FLAGS.data_dir,
+                                                        allow_partial=FLAGS.allow_partial)))
     return 0
 
 

@@ -189,13 +189,25 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
 
 
 def write_glue_submission(submission, model_dir, data_dir):
+    """This run's test predictions -> `results/leaderboard/<NAME>.tsv`, then the zip of every
+    task's latest file there (earlier runs' included), checked against the test sets."""
     from finetune.glue import leaderboard
     out_dir = os.path.join(model_dir, "results", "leaderboard")
-    zip_path = leaderboard.write_submission(out_dir, submission)
-    rows = leaderboard.validate_submission(out_dir, data_dir, require_all=False)
-    say(f"leaderboard files: {', '.join(sorted(rows))} -> {zip_path} (validated against the "
-        f"test files; the GLUE server wants all {len(leaderboard.SUBMISSION_FILES)} files)")
-    return zip_path
+    leaderboard.write_submission(out_dir, submission)
+    status = leaderboard.make_submission(out_dir, data_dir, allow_partial=True)
+    say(describe_submission(status))
+    return status.zip_path
+
+
+def describe_submission(status):
+    """One paragraph: what the zip holds, what was checked, what the server still needs."""
+    held = ", ".join(f"{name} ({rows} rows)" for name, rows in status.rows.items())
+    text = f"GLUE submission {status.zip_path}: {held}"
+    if status.unchecked:
+        text += f"; not checked (test set not found): {', '.join(status.unchecked)}"
+    if status.missing:
+        text += f"; missing for the server: {', '.join(status.missing)}"
+    return text
 
 
 # ---------------------------------------------------------------------------------- GLUE table

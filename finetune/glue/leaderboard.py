@@ -8,6 +8,8 @@ RTE and QNLI, 0/1 for CoLA, SST-2, MRPC, QQP, WNLI) or, for STS-B, a score with 
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import os
 import pathlib
@@ -17,7 +19,7 @@ import zipfile
 import numpy as np
 
 from finetune.glue.metrics import compute_metrics, to_label_ids, to_scores
-from finetune.glue.readers import read_examples
+from finetune.glue.readers import read_examples, task_file
 from finetune.glue.tasks import DataError, get_task, normalize_task_name
 
 # Submission file stem -> (task, test split whose ids the file must cover).
@@ -106,27 +108,102 @@ def write_submission_file(path, task_name: str, indices, predictions) -> pathlib
     return pathlib.Path(path)
 
 
-def write_submission(output_dir, predictions: dict, zip_name: str = "glue_submission.zip"
-                     ) -> pathlib.Path:
-    """Write `<output_dir>/<NAME>.tsv` for each entry and zip them; returns the zip's path.
+ZIP_NAME = "glue_submission.zip"
+
+
+def write_submission(output_dir, predictions: dict, zip_name: str = ZIP_NAME) -> pathlib.Path:
+    """Write `<output_dir>/<NAME>.tsv` for each entry, then zip every submission file in
+    `output_dir` — those written now and those earlier runs left there — and return the zip's path.
 
     predictions: {file stem or task key ("CoLA", "sst", "MNLI-mm", "ax", ...):
                   (test indices, predictions)}; indices are the test examples' `guid`s.
     """
     output_dir = pathlib.Path(output_dir)
-    written = []
     for key, (indices, preds) in predictions.items():
         stem = submission_stem(key)
         task_name = SUBMISSION_FILES[stem][0]
-        written.append(write_submission_file(output_dir / f"{stem}.tsv", task_name, indices, preds))
-    zip_path = output_dir / zip_name
+        write_submission_file(output_dir / f"{stem}.tsv", task_name, indices, preds)
+    return _write_zip(output_dir, _present_files(output_dir), zip_name)
+
+
+def _present_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """The submission files (the eleven known names) in `directory`, in the server's order."""
+    return [directory / f"{stem}.tsv" for stem in SUBMISSION_FILES
+            if (directory / f"{stem}.tsv").is_file()]
+
+
+def _write_zip(directory: pathlib.Path, files, zip_name: str) -> pathlib.Path:
+    zip_path = directory / zip_name
 
     def write_zip(tmp):
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for path in sorted(written):
+            for path in files:
                 zf.write(path, arcname=path.name)   # files at the zip's top level
     _atomic_write(zip_path, write_zip)
     return zip_path
+
+
+@dataclasses.dataclass
+class SubmissionStatus:
+    zip_path: pathlib.Path | None     # None when nothing was written
+    rows: dict                        # {file name: prediction rows}, every file in the zip
+    missing: list                     # file names the server expects that are not there
+    unchecked: list                   # files whose test set was not found under the data dir
+
+
+def make_submission(directory, glue_data_dir, allow_partial: bool = False,
+                    zip_name: str = ZIP_NAME) -> SubmissionStatus:
+    """Gather every `<NAME>.tsv` in `directory` (the latest predictions of each task: a rerun of
+    a task overwrites its file) into `<directory>/<zip_name>`, the one zip the GLUE server takes.
+
+    Each file is checked against its test set under `glue_data_dir` when that test set is there
+    (ids, row count, labels; `unchecked` lists the others). Raises SubmissionError, writing
+    nothing, when a file is invalid, or when one of the eleven is missing and not `allow_partial`.
+    """
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: submission directory not found")
+    files = _present_files(directory)
+    if not files:
+        raise SubmissionError(directory, ["no submission files found (expected "
+                                          f"{', '.join(f'{s}.tsv' for s in SUBMISSION_FILES)})"])
+    problems, rows, unchecked = [], {}, []
+    for path in files:
+        task_name, split = SUBMISSION_FILES[path.stem]
+        text = _read_text(path)
+        rows[path.name] = max(len(text.splitlines()) - 1, 0)
+        try:
+            task_file(glue_data_dir, task_name, split)
+        except DataError:
+            unchecked.append(path.name)
+            continue
+        test_ids = [e.guid for e in read_examples(glue_data_dir, task_name, split)]
+        problems += _check_file(path.name, text, task_name, test_ids)
+    missing = [f"{stem}.tsv" for stem in SUBMISSION_FILES if f"{stem}.tsv" not in rows]
+    if problems:
+        raise SubmissionError(directory, problems)
+    if missing and not allow_partial:
+        raise SubmissionError(directory, [
+            f"missing {', '.join(missing)} (the server rejects a submission without all "
+            f"{len(SUBMISSION_FILES)} files; --allow_partial zips the {len(rows)} present)"])
+    return SubmissionStatus(_write_zip(directory, files, zip_name), rows, missing, unchecked)
+
+
+def majority_class_predictions(glue_data_dir, task_name: str):
+    """(test ids, label strings) predicting the train set's most frequent label for every test
+    example: what BERT submitted for WNLI, whose dev set is adversarial to its train set."""
+    train = read_examples(glue_data_dir, task_name, "train")
+    counts = collections.Counter(e.label for e in train)
+    label = max(sorted(counts), key=lambda k: counts[k])    # ties: the first label
+    test = read_examples(glue_data_dir, task_name, "test")
+    return [e.guid for e in test], [label] * len(test)
+
+
+def _read_text(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text") from None
 
 
 def _submission_texts(source: pathlib.Path) -> dict[str, str]:

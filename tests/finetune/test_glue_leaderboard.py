@@ -12,7 +12,7 @@ from finetune.glue.leaderboard import (SUBMISSION_FILES, SubmissionError, format
                                        validate_submission, write_dev_predictions,
                                        write_submission, write_trials_summary)
 from finetune.glue.readers import read_examples
-from finetune.glue.tasks import get_task
+from finetune.glue.tasks import DataError, get_task
 from tests.conftest import shared_path
 from tests.finetune.test_glue_readers import make_mnli, make_qqp
 
@@ -95,6 +95,77 @@ def test_complete_submission(tmp_path):
     assert len(rows) == 11 and rows["MNLI-m.tsv"] == 5 and rows["MNLI-mm.tsv"] == 6
     with pytest.raises(Exception, match="ambiguous"):
         write_submission(tmp_path / "bad", {"mnli": preds["MNLI-m"]})
+
+
+def test_submission_gathers_every_run(tmp_path):
+    """Each run writes its own tasks; the zip always holds every task's latest file."""
+    glue = shared_path("data", "glue")
+    board = tmp_path / "board"
+    write_submission(board, random_predictions(glue, ["RTE"]))        # first run: RTE
+    zip_path = write_submission(board, random_predictions(glue, ["WNLI"]))   # second: WNLI
+    with zipfile.ZipFile(zip_path) as zf:
+        assert sorted(zf.namelist()) == ["RTE.tsv", "WNLI.tsv"]
+    # A rerun of a task overwrites its file: the zip has the latest predictions.
+    latest = random_predictions(glue, ["RTE"], seed=7)
+    write_submission(board, latest)
+    with zipfile.ZipFile(zip_path) as zf:
+        assert zf.read("RTE.tsv").decode() == (board / "RTE.tsv").read_text()
+
+    # The step: a missing file is named, one line, and nothing is written.
+    before = zip_path.read_bytes()
+    with pytest.raises(SubmissionError) as err:
+        leaderboard.make_submission(board, glue)
+    message = str(err.value)
+    assert "\n" not in message and "missing CoLA.tsv, SST-2.tsv" in message
+    assert "AX.tsv" in message and "RTE.tsv" not in message.split("missing")[1]
+    assert zip_path.read_bytes() == before
+    status = leaderboard.make_submission(board, glue, allow_partial=True)
+    assert status.rows == {"RTE.tsv": 3000, "WNLI.tsv": 146} and status.unchecked == []
+    assert len(status.missing) == 9
+    assert validate_submission(status.zip_path, glue, require_all=False) == status.rows
+
+
+def test_submission_checks_and_unchecked(tmp_path):
+    glue = shared_path("data", "glue")
+    board = tmp_path / "board"
+    write_submission(board, random_predictions(glue, ["RTE", "CoLA"]))
+    # Without RTE's test set the file is zipped but reported unchecked.
+    partial_glue = tmp_path / "glue"
+    partial_glue.mkdir()
+    (partial_glue / "CoLA").symlink_to(glue / "CoLA", target_is_directory=True)
+    status = leaderboard.make_submission(board, partial_glue, allow_partial=True)
+    assert status.unchecked == ["RTE.tsv"] and set(status.rows) == {"CoLA.tsv", "RTE.tsv"}
+    # A wrong row count is an error, and the zip is left as it was.
+    (board / "glue_submission.zip").unlink()
+    corrupt(board / "CoLA.tsv", lambda ls: ls[:-1])
+    with pytest.raises(SubmissionError, match=r"CoLA.tsv: 1 test ids missing"):
+        leaderboard.make_submission(board, glue, allow_partial=True)
+    assert not (board / "glue_submission.zip").exists()
+    with pytest.raises(SubmissionError, match="no submission files found"):
+        leaderboard.make_submission(tmp_path / "glue", glue, allow_partial=True)
+    with pytest.raises(DataError, match="submission directory not found"):
+        leaderboard.make_submission(tmp_path / "nowhere", glue, allow_partial=True)
+
+
+def test_complete_submission_from_directory(tmp_path):
+    root = complete_glue_dir(tmp_path)
+    board = tmp_path / "board"
+    for stem, prediction in random_predictions(root, list(SUBMISSION_FILES), seed=2).items():
+        write_submission(board, {stem: prediction})                  # one run per file
+    status = leaderboard.make_submission(board, root)
+    assert status.missing == [] and len(status.rows) == 11
+    with zipfile.ZipFile(status.zip_path) as zf:
+        assert zf.namelist() == [f"{stem}.tsv" for stem in SUBMISSION_FILES]
+    assert validate_submission(status.zip_path, root) == status.rows
+
+
+def test_wnli_majority_class():
+    glue = shared_path("data", "glue")
+    ids, labels = leaderboard.majority_class_predictions(glue, "wnli")
+    train = [e.label for e in read_examples(glue, "wnli", "train")]
+    majority = max(set(train), key=train.count)
+    assert labels == [majority] * 146 and len(ids) == 146
+    assert ids == [e.guid for e in read_examples(glue, "wnli", "test")]
 
 
 def corrupt(path, edit):

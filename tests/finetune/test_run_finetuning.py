@@ -482,3 +482,34 @@ def test_trainer_trials_reset_weights_head_and_optimizer():
     assert int(trainer.optimizer.iterations.numpy()) == 4 and np.isfinite(result["final_loss"])
     out = trainer.predict(features, ["logits"], batch_size=6)   # 16 rows: last batch padded
     assert out["logits"].shape == (16, 2)
+
+
+def test_run_all_leaves_one_submission_zip(tmp_path, glue_dir, vocab):
+    """`TASKS="rte wnli" scripts/glue/run_all.sh --do_predict`: each task is its own
+    run_finetuning.py call, yet one zip holds both tasks' files with the test sets' row counts,
+    and the last step names the server files still missing."""
+    model_dir = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(REPO_ROOT),
+               TF_CPP_MIN_LOG_LEVEL="3", TASKS="rte wnli", MODEL_DIR=str(model_dir),
+               DATA_DIR=str(glue_dir), VOCAB_FILE=str(vocab))
+    hparams = dict(TINY_HPARAMS, max_eval_examples=16)
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "glue" / "run_all.sh"), "--do_predict",
+         "--max_train_steps", "1", "--max_seq_length", "32", "--hparams", json.dumps(hparams)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ERROR: invalid GLUE submission") and "missing CoLA.tsv" in last
+    board = model_dir / "results" / "leaderboard"
+    with zipfile.ZipFile(board / "glue_submission.zip") as zf:
+        rows = {name: len(zf.read(name).decode().splitlines()) - 1 for name in zf.namelist()}
+    assert rows == {"RTE.tsv": 3000, "WNLI.tsv": 146}
+    assert "RTE.tsv (3000 rows), WNLI.tsv (146 rows)" in proc.stdout
+    # Partial submissions are allowed on request; WNLI may be the majority class instead.
+    ok = run_cli(["--glue_submission", "--model_dir", model_dir, "--data_dir", glue_dir,
+                  "--allow_partial", "--wnli_majority"])
+    assert "RTE.tsv (3000 rows), WNLI.tsv (146 rows)" in ok.stdout
+    assert {line.split("\t")[1] for line in (board / "WNLI.tsv").read_text().splitlines()[1:]
+            } == {"0"}
+    missing = run_cli(["--glue_submission", "--data_dir", glue_dir], check=False)
+    assert missing.returncode == 1 and "needs --data_dir and --model_dir" in missing.stderr
