@@ -53,6 +53,8 @@ _flags.DEFINE_string("model_size", None, "small, medium-small or base (default: 
                     "learning rate and, without a checkpoint, the architecture.")
 _flags.DEFINE_string("vocab_file", None, "WordPiece vocab (BERT uncased). Default: vocab.txt next "
                     "to the checkpoint.")
+_flags.DEFINE_string("sp_model", None, "SentencePiece model instead of --vocab_file (the one the "
+                    "encoder was pre-trained with).")
 _flags.DEFINE_string("model_dir", None, "Output directory (results/, tensorboard/).")
 _flags.DEFINE_string("hparams", None, "JSON object or path to a JSON file of hparams "
                     "(finetune/hparams.py); unknown keys are an error.")
@@ -106,12 +108,14 @@ def run(argv=None):
         return glue_submission()
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
-    for flag in ("model_dir", "data_dir", "init_checkpoint", "vocab_file", "train_file",
-                 "predict_file"):
+    for flag in ("model_dir", "data_dir", "init_checkpoint", "vocab_file", "sp_model",
+                 "train_file", "predict_file"):
         value = getattr(FLAGS, flag)
         if value and "://" in value:   # local file APIs still (issue 21): refuse, never misplace
             raise UsageError(f"--{flag} {value}: bucket paths (gs://, ram://, ...) are not "
                              "supported yet; use a local path")
+    if FLAGS.vocab_file and FLAGS.sp_model:
+        raise UsageError("give --vocab_file or --sp_model, not both")
     tasks = parse_task_names(FLAGS.task_names)
     base_hp = load_hparams(FLAGS.hparams, **collect_flag_overrides())
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -126,7 +130,7 @@ def run(argv=None):
         raise UsageError(f"{init}: --init_checkpoint not found")
     from finetune.run import run_tasks
     run_tasks(tasks, base_hp, FLAGS.model_dir, data_dir=data_dir, init_checkpoint=init,
-              vocab_file=FLAGS.vocab_file, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+              vocab_file=FLAGS.vocab_file, sp_model=FLAGS.sp_model, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
               do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
               predict_file=FLAGS.predict_file)
     return 0

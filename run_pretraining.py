@@ -35,6 +35,8 @@ flags.DEFINE_string("data_dir", None, "ELECTRA-style data directory: pretrain_tf
 flags.DEFINE_string("pretrain_tfrecords", None, "Glob (or comma-separated globs) of TFRecord "
                     "shards; default <data_dir>/pretrain_tfrecords/pretrain_data.tfrecord*.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab (default <data_dir>/vocab.txt).")
+flags.DEFINE_string("sp_model", None, "SentencePiece model instead of --vocab_file (the one the "
+                    "shards were built with; build_vocab.py --vocab_type=sentencepiece).")
 flags.DEFINE_string("model_dir", None, "Checkpoints, exports, TensorBoard logs (default "
                     "<data_dir>/models/<model_name>, or ./runs/demo for the demo).")
 flags.DEFINE_string("hparams", None, "JSON object (string or .json file) overriding any key "
@@ -71,6 +73,14 @@ def log(message):
     print(message, flush=True)
 
 
+def _read_sp_model(path):
+    """-> (number of pieces, {cls_id, sep_id, mask_id}) of a SentencePiece model."""
+    from data.tokenization import SentencePieceTokenizer
+    tokenizer = SentencePieceTokenizer(path)
+    return tokenizer.vocab_size, {"cls_id": tokenizer.cls_id, "sep_id": tokenizer.sep_id,
+                                  "mask_id": tokenizer.mask_id}
+
+
 def _read_vocab(path):
     """-> (number of tokens, {cls_id, sep_id, mask_id}) of a WordPiece vocab file."""
     import tensorflow as tf
@@ -99,7 +109,7 @@ def _check_token_ids(files, vocab_size, max_records=256):
     if largest >= vocab_size:
         raise DataError(f"{files[0]} holds token id {largest} but the model's vocab_size is "
                         f"{vocab_size}: the TFRecords were built with another vocabulary "
-                        "(pass the matching --vocab_file or set vocab_size)")
+                        "(pass the matching --vocab_file / --sp_model or set vocab_size)")
 
 
 def _default_data(max_seq_length):
@@ -128,7 +138,7 @@ def resolve(flag_values):
     from data.pretraining_input import check_shard, find_shards
     from pretrain.hparams import make_hparams, parse_overrides
 
-    for flag in ("model_dir", "data_dir", "vocab_file"):
+    for flag in ("model_dir", "data_dir", "vocab_file", "sp_model"):
         value = getattr(flag_values, flag)
         if value and "://" in value:
             # Exports, hparams.json and the vocab are still read and written with local file APIs:
@@ -149,7 +159,12 @@ def resolve(flag_values):
         raise UsageError(f"--max_seq_length {hp.max_seq_length} is beyond the model's {positions} "
                          "position embeddings (max_position_embeddings)")
 
-    vocab_file = flag_values.vocab_file
+    vocab_file, sp_model = flag_values.vocab_file, flag_values.sp_model
+    if vocab_file and sp_model:
+        raise UsageError("give --vocab_file or --sp_model, not both")
+    if demo and sp_model:
+        raise UsageError("--sp_model needs the shards built with it (--data_dir or "
+                         "--pretrain_tfrecords); the demo data is WordPiece")
     if demo:
         pattern, default_vocab = _default_data(hp.max_seq_length)
         vocab_file = vocab_file or default_vocab
@@ -160,7 +175,7 @@ def resolve(flag_values):
             raise UsageError(f"--data_dir {flag_values.data_dir} is not a directory")
         pattern = os.path.join(flag_values.data_dir, "pretrain_tfrecords",
                                "pretrain_data.tfrecord*")
-    if vocab_file is None and flag_values.data_dir:
+    if vocab_file is None and sp_model is None and flag_values.data_dir:
         candidate = os.path.join(flag_values.data_dir, "vocab.txt")
         vocab_file = candidate if os.path.exists(candidate) else None
 
@@ -169,11 +184,12 @@ def resolve(flag_values):
         check_shard(path, hp.max_seq_length)
 
     special_ids = {}
-    if vocab_file is not None:
-        file_size, special_ids = _read_vocab(vocab_file)
+    if vocab_file is not None or sp_model is not None:
+        file_size, special_ids = (_read_sp_model(sp_model) if sp_model
+                                  else _read_vocab(vocab_file))
         if hp.vocab_size is not None and hp.vocab_size != file_size:
-            raise DataError(f"{vocab_file} has {file_size} tokens but the model config has "
-                            f"vocab_size {hp.vocab_size}")
+            raise DataError(f"{sp_model or vocab_file} has {file_size} tokens but the model "
+                            f"config has vocab_size {hp.vocab_size}")
         hp.vocab_size = file_size
     elif hp.vocab_size is None:
         hp.vocab_size = 30522  # BERT uncased, the official vocabulary

@@ -223,13 +223,26 @@ class SentencePieceTokenizer(_TokenizerBase):
                              f"{' '.join(missing)}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self._token_ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
+        self._model_bytes = model_bytes
         self._op = tf_text.SentencepieceTokenizer(model=model_bytes, out_type=tf.int32)
 
+    def _call(self, method, strings):
+        try:
+            return getattr(self._op, method)(strings)
+        except tf.errors.NotFoundError:
+            # The op's model resource belongs to its cached eager kernel, and tf.random.set_seed
+            # (keras.utils.set_random_seed: every fine-tuning trial) clears that cache, deleting
+            # the resource. Build the op again from the model bytes.
+            if not tf.executing_eagerly():
+                raise
+            self._op = tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.int32)
+            return getattr(self._op, method)(strings)
+
     def _tf_ops(self, strings):
-        return self._op.tokenize(strings)
+        return self._call("tokenize", strings)
 
     def _tf_ops_with_offsets(self, strings):
-        return self._op.tokenize_with_offsets(strings)
+        return self._call("tokenize_with_offsets", strings)
 
 
 def load_tokenizer(vocab_file=None, sp_model=None, do_lower_case=True, strip_accents=None):

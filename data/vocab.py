@@ -133,6 +133,55 @@ def learn_sentencepiece_model(texts, model_prefix, vocab_size, model_type="unigr
         parent = os.path.dirname(model_prefix)
         if parent:
             tf.io.gfile.makedirs(parent)
-        for suffix in (".model", ".vocab"):
-            tf.io.gfile.copy(local_prefix + suffix, model_prefix + suffix, overwrite=True)
+        for suffix in (".vocab", ".model"):   # the .model last: its presence means complete
+            tmp = model_prefix + suffix + ".incomplete"
+            tf.io.gfile.copy(local_prefix + suffix, tmp, overwrite=True)
+            tf.io.gfile.rename(tmp, model_prefix + suffix, overwrite=True)
     return model_prefix + ".model"
+
+
+VOCAB_TYPES = ("wordpiece", "sentencepiece")
+
+
+def build_vocab(corpus_dirs, output, vocab_type="wordpiece", vocab_size=30522,
+                do_lower_case=True, min_count=10, sp_model_type="unigram", log=print):
+    """Learns a vocabulary from every file of `corpus_dirs` and writes it (build_vocab.py).
+
+    wordpiece: `output` is the vocab file (BERT layout: [PAD] [unused..] [UNK] [CLS] [SEP]
+    [MASK] first; `min_count` is the learner's lowest token frequency). sentencepiece: `output`
+    is the model path (`<prefix>.model`, with `<prefix>.vocab` beside it; [PAD]=0 [UNK]=1
+    [CLS]=2 [SEP]=3 [MASK]=4). Both are written atomically; returns the path written.
+    """
+    import time
+
+    from data import corpus_reader
+    if vocab_type not in VOCAB_TYPES:
+        raise VocabError(f"unknown vocab type {vocab_type!r}; choose {' or '.join(VOCAB_TYPES)}")
+    if vocab_size < 8:
+        raise VocabError(f"vocab size {vocab_size} is too small")
+    output = str(output)
+    if vocab_type == "sentencepiece" and not output.endswith(".model"):
+        raise VocabError(f"{output}: a SentencePiece model path must end in .model")
+    files = [path for d in corpus_dirs for path in corpus_reader.list_corpus_files(d)]
+    start = time.time()
+    lines = []
+    for i, path in enumerate(files, 1):
+        lines += [line for line in corpus_reader.stripped_lines(
+            corpus_reader.read_corpus_file(path)) if line]
+        if i == len(files) or time.time() - start > 5 * (1 + i // 50) or i % 50 == 0:
+            log(f"read {i}/{len(files)} files, {len(lines):,} lines "
+                f"({time.time() - start:.0f}s)")
+    log(f"learning a {vocab_size:,}-token {vocab_type} vocabulary from {len(lines):,} lines ...")
+    if vocab_type == "wordpiece":
+        tokens = learn_wordpiece_vocab(lines, vocab_size, do_lower_case=do_lower_case,
+                                       min_count=min_count)
+        write_vocab(tokens, output)
+        size = len(tokens)
+    else:
+        prefix = output[:-len(".model")]
+        learn_sentencepiece_model(lines, prefix, vocab_size, model_type=sp_model_type,
+                                  do_lower_case=do_lower_case)
+        with tf.io.gfile.GFile(prefix + ".vocab") as f:   # a small corpus gives fewer pieces
+            size = sum(1 for line in f if line.strip())
+    log(f"wrote {output}: {size:,} tokens ({time.time() - start:.0f}s)")
+    return output

@@ -32,11 +32,12 @@ def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
 
 
 def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vocab_file=None,
-              do_train=True, do_eval=True, do_predict=False, train_file=None,
+              sp_model=None, do_train=True, do_eval=True, do_predict=False, train_file=None,
               predict_file=None):
     from finetune import glue_task, squad_task
     from finetune.encoder_source import EncoderSource, find_vocab_file
-    vocab_file = find_vocab_file(vocab_file, init_checkpoint)
+    if sp_model is None:
+        vocab_file = find_vocab_file(vocab_file, init_checkpoint)
     task_data = load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
                                do_eval, do_predict)
 
@@ -44,8 +45,8 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
     if keras.backend.backend() != "tensorflow":
         raise UsageError(f"run_finetuning.py needs the TensorFlow Keras backend (tf.data + "
                          f"tf.function); KERAS_BACKEND is {keras.backend.backend()!r}")
-    from data.tokenization import Tokenizer
-    tokenizer = Tokenizer(vocab_file, do_lower_case=base_hp.do_lower_case)
+    from data.tokenization import load_tokenizer
+    tokenizer = load_tokenizer(vocab_file, sp_model, do_lower_case=base_hp.do_lower_case)
     source = EncoderSource(init_checkpoint, base_hp)
     if source.tensors is None:
         warn("no --init_checkpoint: fine-tuning from RANDOM weights (model_size "
@@ -54,13 +55,14 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         say(f"encoder: {source.format} checkpoint {init_checkpoint} "
             f"({source.config.num_hidden_layers} layers, hidden {source.config.hidden_size})")
     if tokenizer.vocab_size > source.config.vocab_size:
-        raise UsageError(f"{vocab_file}: {tokenizer.vocab_size} tokens but the model has only "
-                         f"{source.config.vocab_size} word embeddings")
+        raise UsageError(f"{sp_model or vocab_file}: {tokenizer.vocab_size} tokens but the model "
+                         f"has only {source.config.vocab_size} word embeddings")
 
     os.makedirs(os.path.join(model_dir, "results"), exist_ok=True)
     with open(os.path.join(model_dir, "finetune_hparams.json"), "w", encoding="utf-8") as f:
         json.dump({"hparams": base_hp.to_dict(), "tasks": tasks,
                    "init_checkpoint": init_checkpoint, "vocab_file": vocab_file,
+                   "sp_model": sp_model,
                    "model_config": source.config.to_dict()}, f, indent=2, sort_keys=True)
 
     submission = {}

@@ -139,16 +139,9 @@ class Reproduction:
         if tf.io.gfile.exists(self.vocab_file):
             self.log(f"[vocab] {self.vocab_file} exists, skipped")
             return
-        from data import corpus_reader
-        from data.vocab import learn_wordpiece_vocab, write_vocab
-        self.log(f"[vocab] learning a {self.vocab_size}-token WordPiece vocabulary from "
-                 f"{', '.join(self.corpus_dirs)} ...")
-        lines = []
-        for corpus_dir in self.corpus_dirs:
-            for path in corpus_reader.list_corpus_files(corpus_dir):
-                lines += corpus_reader.stripped_lines(corpus_reader.read_corpus_file(path))
-        write_vocab(learn_wordpiece_vocab(lines, self.vocab_size, min_count=2), self.vocab_file)
-        self.log(f"[vocab] wrote {self.vocab_file}")
+        from data.vocab import build_vocab
+        build_vocab(self.corpus_dirs, self.vocab_file, "wordpiece", self.vocab_size, min_count=2,
+                    log=lambda message: self.log(f"[vocab] {message}"))
 
     def build_shards(self):
         from data.pretraining_builder import SUMMARY_FILE

@@ -139,8 +139,13 @@ def compute_predictions(examples: Sequence[SquadExample], features: SquadFeature
             i, s, e = int(f_all[k]), int(st_all[k]), int(en_all[k])
             c0 = int(features.token_char_start[i, s])
             c1 = int(features.token_char_end[i, e])
+            # A SentencePiece span may begin or end at a lone "▁" piece: trim the spaces.
+            while c0 < c1 and context[c0].isspace():
+                c0 += 1
+            while c1 > c0 and context[c1 - 1].isspace():
+                c1 -= 1
             text = context[c0:c1]
-            if text in seen:
+            if not text or text in seen:
                 continue
             seen.add(text)
             nbest.append({"text": text, "start_logit": float(s_all[k]),

@@ -274,13 +274,19 @@ def _strip_special(ids, tokenizer):
 
 
 def tokenize_contexts(tokenizer, contexts: Sequence[str], batch_size: int = 256):
-    """[(ids, char_starts, char_ends)] as int arrays, one per context."""
+    """[(ids, char_starts, char_ends)] as int arrays, one per context.
+
+    A token's span starts at its first non-space character: a SentencePiece piece such as
+    "▁world" covers the space before the word, which an answer's text must not begin with."""
     out = []
     for batch in _batched(list(contexts), batch_size):
-        for ids, starts, ends in tokenizer.tokenize_with_offsets(list(batch)):
+        for text, (ids, starts, ends) in zip(batch, tokenizer.tokenize_with_offsets(list(batch))):
             ids = np.asarray(ids, np.int32).reshape(-1)
             starts = np.asarray(starts, np.int32).reshape(-1)
             ends = np.asarray(ends, np.int32).reshape(-1)
+            for k in np.nonzero(starts < ends)[0]:
+                while starts[k] < ends[k] - 1 and text[starts[k]].isspace():
+                    starts[k] += 1
             out.append((ids, starts, ends))
     return out
 

@@ -83,3 +83,31 @@ def test_bad_sentencepiece_model_names_file(tmp_path):
     path.write_bytes(b"not a model")
     with pytest.raises(VocabError, match=f"{path}"):
         load_tokenizer(sp_model=path)
+
+
+def test_build_vocab_both_types_and_bad_input(tmp_path):
+    from data.errors import DataError
+    from data.vocab import build_vocab
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("\n".join(CORPUS), encoding="utf-8")
+    (corpus / "b.txt").write_text("\n".join(reversed(CORPUS)), encoding="utf-8")
+    messages = []
+    path = build_vocab([str(corpus)], str(tmp_path / "out" / "vocab.txt"), "wordpiece", 200,
+                       min_count=1, log=messages.append)
+    tokens = load_vocab(path)
+    assert tokens[:1] == ["[PAD]"] and tokens[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert messages[0].startswith("read ") and "2/2 files" in messages[-3]
+    assert messages[-1].startswith(f"wrote {path}: {len(tokens)} tokens")
+    model = build_vocab([str(corpus)], str(tmp_path / "sp.model"), "sentencepiece", 60,
+                        log=messages.append)
+    size = load_tokenizer(sp_model=model).vocab_size
+    assert 30 < size <= 60 and messages[-1].startswith(f"wrote {model}: {size} tokens")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out", "sp.model", "sp.vocab"]
+    with pytest.raises(DataError, match="must end in .model"):
+        build_vocab([str(corpus)], str(tmp_path / "sp2"), "sentencepiece", 60)
+    with pytest.raises(DataError, match="unknown vocab type 'bpe'"):
+        build_vocab([str(corpus)], str(tmp_path / "v.txt"), "bpe", 60)
+    with pytest.raises(DataError, match="not found"):
+        build_vocab([str(tmp_path / "missing")], str(tmp_path / "v.txt"))
+    assert not (tmp_path / "v.txt").exists() and not (tmp_path / "sp2.model").exists()

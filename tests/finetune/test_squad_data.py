@@ -282,3 +282,34 @@ def test_dev_set_gold_spans_round_trip(bert_tokenizer, name):
     imp = features.is_impossible.astype(bool)
     assert (features.start_positions[imp] == 0).all() and (features.end_positions[imp] == 0).all()
     assert imp.sum() == 0 if name == "dev-v1.1.json" else imp.any()
+
+
+def test_sentencepiece_gold_spans_round_trip(tmp_path):
+    """SQuAD's answer-span mapping with SentencePiece pieces: a piece such as "▁world" covers the
+    space before its word, yet every gold token span maps back to exactly the gold text."""
+    pytest.importorskip("sentencepiece")
+    from data.tokenization import SentencePieceTokenizer
+    from data.vocab import build_vocab
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    book = shared_path("data", "corpus", "gutenberg-en", "a-study-in-scarlet-pg244.txt")
+    with open(book, encoding="utf-8") as f:
+        (corpus / "book.txt").write_text("".join(f.readlines()[:3000]), encoding="utf-8")
+    model = build_vocab([str(corpus)], str(tmp_path / "sp.model"), "sentencepiece", 2000,
+                        log=lambda message: None)
+    tokenizer = SentencePieceTokenizer(model)
+    examples = squad_data.read_squad_examples(str(shared_path("data", "squad", "dev-v1.1.json")),
+                                              is_training=False)[:1000]
+    features = squad_data.convert_examples_to_features(examples, tokenizer, max_seq_length=384,
+                                                       doc_stride=128, max_query_length=64)
+    assert (features.input_ids[:, 0] == tokenizer.cls_id).all()
+    in_window = np.nonzero(features.answer_in_window)[0]
+    assert len({features.example_index[i] for i in in_window}) == len(examples)
+    exact = 0
+    for i in in_window:
+        ex = examples[features.example_index[i]]
+        text = squad_data.feature_span_text(features, examples, i, int(features.start_positions[i]),
+                                            int(features.end_positions[i]))
+        assert ex.answer_text in text, (ex.qas_id, text, ex.answer_text)
+        exact += text == ex.answer_text
+    assert exact >= 0.99 * len(in_window)
