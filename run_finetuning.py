@@ -28,6 +28,7 @@ import sys
 from absl import app, flags
 
 from finetune.console import UsageError, say
+from training import define_distribution_flags
 
 # Our own flag registry, not absl's global one: run_pretraining.py defines flags of the same names
 # (model_size, seed, ...), and both drivers must be importable in one process (tests, notebooks).
@@ -61,6 +62,7 @@ _flags.DEFINE_string("hparams", None, "JSON object or path to a JSON file of hpa
 _flags.DEFINE_integer("num_trials", None, "Fine-tuning runs per task (the papers report the "
                      "median of 9 for GLUE). Default 1.")
 _flags.DEFINE_integer("seed", None, "Random seed of the first trial (trial k uses seed + k - 1).")
+define_distribution_flags(_flags.DEFINE_string, _flags.DEFINE_integer)
 _flags.DEFINE_bool("do_train", True, "Fine-tune on the train split.")
 _flags.DEFINE_bool("do_eval", True, "Evaluate on the dev split and write dev predictions/metrics.")
 _flags.DEFINE_bool("do_predict", False, "Predict the test split(s) and write leaderboard files.")
@@ -129,10 +131,15 @@ def run(argv=None):
     if init and not (os.path.exists(init) or os.path.exists(init + ".index")):
         raise UsageError(f"{init}: --init_checkpoint not found")
     from finetune.run import run_tasks
-    run_tasks(tasks, base_hp, FLAGS.model_dir, data_dir=data_dir, init_checkpoint=init,
-              vocab_file=FLAGS.vocab_file, sp_model=FLAGS.sp_model, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
-              do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
-              predict_file=FLAGS.predict_file)
+    from training.distribution import make_strategy
+    # Before TensorFlow creates a tensor: logical devices and the TPU system are fixed at start-up.
+    strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,
+                             FLAGS.tpu_zone, FLAGS.gcp_project)
+    with strategy.scope():   # models, optimizer and steps of every task live on the strategy
+        run_tasks(tasks, base_hp, FLAGS.model_dir, data_dir=data_dir, init_checkpoint=init,
+                  vocab_file=FLAGS.vocab_file, sp_model=FLAGS.sp_model, do_train=FLAGS.do_train,
+                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
+                  train_file=FLAGS.train_file, predict_file=FLAGS.predict_file)
     return 0
 
 
@@ -155,6 +162,7 @@ def glue_submission():
 
 _ERROR_TYPES = (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
                 ("training.state", "TrainingError"),
+                ("training.distribution", "DistributionError"),
                 ("finetune.qa.squad_eval", "SquadFormatError"),
                 ("model.checkpoints", "CheckpointError"), ("model.config", "ConfigError"))
 

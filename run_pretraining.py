@@ -25,6 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
+from training import define_distribution_flags  # noqa: E402  (TF-free)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_size", None, "small | medium-small | base | tiny (default: tiny for "
@@ -48,10 +49,7 @@ flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint (and export) ev
 flags.DEFINE_integer("keep_checkpoint_max", None, "Keep the last N checkpoints.")
 flags.DEFINE_integer("seed", None, "Seed for weights, masking, sampling and data order.")
 flags.DEFINE_string("precision", None, "fp32 | bf16 | mixed_float16 (dynamic loss scaling).")
-flags.DEFINE_string("distribution", "one_device", "one_device | mirrored | multi_worker | tpu.")
-flags.DEFINE_string("tpu", None, "TPU name, grpc:// address or 'local' (--distribution=tpu).")
-flags.DEFINE_integer("num_cpu_devices", 0, "With --distribution=mirrored and no GPU: split the "
-                     "CPU into this many logical devices (for testing).")
+define_distribution_flags(flags.DEFINE_string, flags.DEFINE_integer)
 flags.DEFINE_integer("max_seq_length", None, "Tokens per example; larger than the trained "
                      "length on resume starts a continuation phase (position embeddings copied).")
 flags.DEFINE_integer("log_every_n_steps", None, "Log line + TensorBoard scalars every N steps.")
@@ -230,7 +228,8 @@ def main(argv):
     try:
         import tensorflow as tf
         # The strategy first: logical devices and the worker cluster are fixed at TF start-up.
-        strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices)
+        strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,
+                                 FLAGS.tpu_zone, FLAGS.gcp_project)
         hp, model_dir, files, special_ids = resolve(FLAGS)
         if hp.deterministic:
             tf.config.experimental.enable_op_determinism()

@@ -241,10 +241,14 @@ class Trainer:
         """Run the model in inference mode; {key: numpy array with one row per example}.
 
         The last batch is padded to the full batch size (rows of padding, dropped from the
-        outputs), so every batch has one shape and the step is traced once."""
+        outputs), so every batch has one shape and the step is traced once. Under a driver's
+        strategy (mirrored, TPU) each batch is split over the replicas and gathered back in
+        order; the batch size is rounded up to a multiple of the replicas."""
         import tensorflow as tf
         keys = tuple(output_keys)
-        batch_size = int(batch_size or self.hp.eval_batch_size)
+        strategy = tf.distribute.get_strategy()
+        replicas = strategy.num_replicas_in_sync
+        batch_size = -(-int(batch_size or self.hp.eval_batch_size) // replicas) * replicas
         model_keys = ("input_ids", "input_mask", "segment_ids")
         inputs = {k: np.asarray(v) for k, v in features.items() if k in model_keys}
         n = len(inputs["input_ids"])
@@ -257,16 +261,25 @@ class Trainer:
         if keys not in self._predict_steps:
             forward_fn, encoder, head = self.forward_fn, self.encoder, self.head
 
-            @tf.function
-            def predict_step(batch):
+            def replica_predict(batch):
                 outputs = forward_fn(encoder, head, batch, False)
                 # bf16 / float16 outputs (mixed precision) leave as float32
                 return {k: tf.cast(outputs[k], tf.float32) if outputs[k].dtype.is_floating
                         else outputs[k] for k in keys}
+
+            @tf.function
+            def predict_step(batch):
+                if not tf.distribute.has_strategy():
+                    return replica_predict(batch)
+                outputs = strategy.run(replica_predict, args=(batch,))
+                return {k: strategy.gather(outputs[k], axis=0) for k in keys}
             self._predict_steps[keys] = predict_step
         predict_step = self._predict_steps[keys]
+        dataset = tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size).prefetch(2)
+        if tf.distribute.has_strategy():
+            dataset = strategy.experimental_distribute_dataset(dataset)
         collected = {k: [] for k in keys}
-        for batch in tf.data.Dataset.from_tensor_slices(inputs).batch(batch_size).prefetch(2):
+        for batch in dataset:
             out = predict_step(batch)
             for k in keys:
                 collected[k].append(out[k].numpy())

@@ -6,16 +6,25 @@
 * `multi_worker` - MultiWorkerMirroredStrategy; the cluster comes from the TF_CONFIG environment
                    variable (one process per worker, worker 0 is the chief).
 * `tpu`          - TPUStrategy; `--tpu` is a TPU name, a grpc:// address or "local" (TPU VM).
+                   Naming a TPU is enough: `--tpu=NAME` alone selects it, as ELECTRA's
+                   `--use_tpu --tpu_name`. `--tpu_zone` and `--gcp_project` go to
+                   TPUClusterResolver (defaults: the TPU VM's metadata / gcloud config).
 
 Must run before TensorFlow creates any tensor (logical devices and the multi-worker cluster are
 fixed at start-up), which run_pretraining.py does first thing.
 """
 import json
 import os
+import socket
+import threading
+import urllib.parse
 
 import tensorflow as tf
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker", "tpu")
+# How long reaching a TPU may take before the run stops with one line (a TPU that never answers
+# would otherwise hang TensorFlow's connect call indefinitely).
+TPU_CONNECT_TIMEOUT_S = 45
 
 
 class DistributionError(ValueError):
@@ -61,26 +70,63 @@ def is_chief(strategy=None):
                                             not in json.loads(os.environ["TF_CONFIG"])["cluster"])
 
 
-def make_strategy(name="one_device", tpu=None, num_cpu_devices=0):
-    """Returns the tf.distribute.Strategy for `name`; raises DistributionError."""
+def _probe_grpc(tpu, timeout):
+    """A grpc://host:port TPU address must accept a TCP connection (fails fast, no traceback)."""
+    parsed = urllib.parse.urlparse(tpu)
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout):
+            pass
+    except (OSError, ValueError, TypeError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise DistributionError(f"cannot reach TPU {tpu}: {reason}") from None
+
+
+def _connect_tpu(tpu, zone=None, project=None, timeout=TPU_CONNECT_TIMEOUT_S):
+    """TPUClusterResolver -> connect -> initialize, within `timeout` seconds."""
+    if tpu.startswith("grpc://"):
+        _probe_grpc(tpu, min(timeout, 10))
+    outcome = {}
+
+    def connect():
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu="" if tpu == "local" else tpu, zone=zone, project=project)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            outcome["resolver"] = resolver
+        except Exception as e:  # noqa: BLE001 -- reported as one line below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=connect, daemon=True)   # a hung connect dies with us
+    thread.start()
+    thread.join(timeout)
+    where = "".join(f" ({k} {v})" for k, v in (("zone", zone), ("project", project)) if v)
+    if thread.is_alive():
+        raise DistributionError(f"cannot reach TPU {tpu}{where}: no answer within {timeout}s")
+    if "error" in outcome:
+        lines = str(outcome["error"]).strip().splitlines()
+        raise DistributionError(f"cannot reach TPU {tpu}{where}: "
+                                f"{lines[0] if lines else type(outcome['error']).__name__}")
+    return outcome["resolver"]
+
+
+def make_strategy(name=None, tpu=None, num_cpu_devices=0, tpu_zone=None, gcp_project=None):
+    """Returns the tf.distribute.Strategy for `name` (default one_device, or tpu when `tpu` is
+    given); raises DistributionError."""
+    name = name or ("tpu" if tpu else "one_device")
     if name not in STRATEGIES:
         raise DistributionError(f"unknown --distribution {name!r}; choose one of "
                                 f"{', '.join(STRATEGIES)}")
     if tpu and name != "tpu":
-        raise DistributionError("--tpu needs --distribution=tpu")
+        raise DistributionError(f"--tpu selects the TPU strategy; it conflicts with "
+                                f"--distribution={name}")
+    if (tpu_zone or gcp_project) and name != "tpu":
+        raise DistributionError("--tpu_zone / --gcp_project need --tpu")
     if name == "tpu":
         if not tpu:
             raise DistributionError("--distribution=tpu needs --tpu (a TPU name, grpc:// address "
                                     "or 'local')")
-        try:
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-                tpu="" if tpu == "local" else tpu)
-            tf.config.experimental_connect_to_cluster(resolver)
-            tf.tpu.experimental.initialize_tpu_system(resolver)
-        except (ValueError, RuntimeError, tf.errors.OpError) as e:
-            raise DistributionError(f"cannot reach TPU {tpu!r}: "
-                                    f"{str(e).strip().splitlines()[0]}") from None
-        return tf.distribute.TPUStrategy(resolver)
+        return tf.distribute.TPUStrategy(_connect_tpu(tpu, tpu_zone, gcp_project))
     if name == "multi_worker":
         if not os.environ.get("TF_CONFIG"):
             raise DistributionError("--distribution=multi_worker needs the TF_CONFIG environment "

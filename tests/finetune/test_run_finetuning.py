@@ -513,3 +513,26 @@ def test_run_all_leaves_one_submission_zip(tmp_path, glue_dir, vocab):
             } == {"0"}
     missing = run_cli(["--glue_submission", "--data_dir", glue_dir], check=False)
     assert missing.returncode == 1 and "needs --data_dir and --model_dir" in missing.stderr
+
+
+def test_mirrored_strategy_matches_one_device(tmp_path, glue_dir, vocab):
+    """--distribution=mirrored over 2 logical CPUs: the same dev predictions as one device
+    (evaluation split over replicas and gathered back in order), and training runs on it."""
+    runs = {}
+    for name, extra in (("one", []), ("mirrored", ["--distribution", "mirrored",
+                                                    "--num_cpu_devices", "2"])):
+        model_dir = tmp_path / name
+        proc = run_cli(base_args(model_dir, glue_dir, vocab, task_names="sst") + [
+            "--nodo_train", "--seed", 3] + extra)
+        runs[name] = read_dev_tsv(model_dir / "results" / "sst_dev_predictions.tsv")
+    assert len(runs["one"]) == TINY_HPARAMS["max_eval_examples"]
+    assert runs["mirrored"] == runs["one"]
+    trained = run_cli(base_args(tmp_path / "train", glue_dir, vocab, task_names="sst") + [
+        "--distribution", "mirrored", "--num_cpu_devices", "2"])
+    assert "sst: step 3/3" in trained.stdout
+    assert len(read_dev_tsv(tmp_path / "train" / "results" / "sst_dev_predictions.tsv")) == 96
+    bad = run_cli(base_args(tmp_path / "bad", glue_dir, vocab, task_names="sst") + [
+        "--tpu", "grpc://127.0.0.1:1"], check=False)
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1].startswith(
+        "ERROR: cannot reach TPU grpc://127.0.0.1:1: ")

@@ -8,11 +8,12 @@ import json
 import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
 from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
-    NO_DROPOUT, driver_cmd, driver_env, read_summary, run_driver, tiny_data, tiny_hparams)
+    REPO, NO_DROPOUT, driver_cmd, driver_env, read_summary, run_driver, tiny_data, tiny_hparams)
 
 STEPS = 3
 FLAGS = (f"--num_train_steps={STEPS}", "--log_every_n_steps=1", f"--save_checkpoints_steps={STEPS}",
@@ -101,8 +102,10 @@ def test_distribution_bad_settings_are_one_line_errors():
         make_strategy("horovod")
     with pytest.raises(DistributionError, match="needs --tpu"):
         make_strategy("tpu")
-    with pytest.raises(DistributionError, match="needs --distribution=tpu"):
+    with pytest.raises(DistributionError, match="conflicts with --distribution=mirrored"):
         make_strategy("mirrored", tpu="my-tpu")
+    with pytest.raises(DistributionError, match="--tpu_zone / --gcp_project need --tpu"):
+        make_strategy(None, tpu_zone="us-central1-a")
     env = os.environ.pop("TF_CONFIG", None)
     try:
         with pytest.raises(DistributionError, match="TF_CONFIG"):
@@ -110,3 +113,60 @@ def test_distribution_bad_settings_are_one_line_errors():
     finally:
         if env is not None:
             os.environ["TF_CONFIG"] = env
+
+
+class FakeResolver:
+    """Stands in for TPUClusterResolver: records its arguments, contacts nothing."""
+    calls = []
+
+    def __init__(self, tpu=None, zone=None, project=None):
+        FakeResolver.calls.append(("resolver", tpu, zone, project))
+
+
+def test_tpu_name_alone_reaches_the_resolver(monkeypatch):
+    """`--tpu=NAME --tpu_zone=Z --gcp_project=P` (no --distribution) resolves NAME in Z / P,
+    connects, initializes the TPU system and builds TPUStrategy: all with fakes, no network."""
+    import tensorflow as tf
+    from training import distribution
+    FakeResolver.calls = []
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", FakeResolver)
+    monkeypatch.setattr(tf.config, "experimental_connect_to_cluster",
+                        lambda r: FakeResolver.calls.append(("connect", type(r).__name__)))
+    monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system",
+                        lambda r: FakeResolver.calls.append(("initialize", type(r).__name__)))
+    monkeypatch.setattr(tf.distribute, "TPUStrategy",
+                        lambda r: ("TPUStrategy", type(r).__name__))
+    strategy = distribution.make_strategy(None, tpu="my-v3-8", tpu_zone="europe-west4-a",
+                                          gcp_project="my-project")
+    assert strategy == ("TPUStrategy", "FakeResolver")
+    assert FakeResolver.calls == [("resolver", "my-v3-8", "europe-west4-a", "my-project"),
+                                  ("connect", "FakeResolver"), ("initialize", "FakeResolver")]
+    FakeResolver.calls = []
+    distribution.make_strategy("tpu", tpu="local")        # on a TPU VM: the resolver's ""
+    assert FakeResolver.calls[0] == ("resolver", "", None, None)
+
+    # A TPU that never answers stops the run within the time limit, naming it.
+    def hang(resolver):
+        import time
+        time.sleep(30)
+    monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", hang)
+    with pytest.raises(distribution.DistributionError,
+                       match=r"cannot reach TPU my-v3-8 \(zone z\): no answer within 1s"):
+        distribution._connect_tpu("my-v3-8", zone="z", timeout=1)
+
+
+def test_unreachable_tpu_address_is_one_line_within_60s(tmp_path):
+    """The acceptance command: nothing listens on 127.0.0.1:1 (loopback only)."""
+    import time
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run_pretraining.py"), "--model_size=base",
+         "--tpu=grpc://127.0.0.1:1", f"--model_dir={tmp_path / 'x'}"],
+        cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+        text=True, timeout=120)
+    assert time.time() - start < 60
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()[-1]
+    assert err.startswith("error: cannot reach TPU grpc://127.0.0.1:1: ") and "Traceback" not in \
+        proc.stderr
+    assert not (tmp_path / "x").exists()
