@@ -522,7 +522,7 @@ def test_mirrored_strategy_matches_one_device(tmp_path, glue_dir, vocab):
     for name, extra in (("one", []), ("mirrored", ["--distribution", "mirrored",
                                                     "--num_cpu_devices", "2"])):
         model_dir = tmp_path / name
-        proc = run_cli(base_args(model_dir, glue_dir, vocab, task_names="sst") + [
+        run_cli(base_args(model_dir, glue_dir, vocab, task_names="sst") + [
             "--nodo_train", "--seed", 3] + extra)
         runs[name] = read_dev_tsv(model_dir / "results" / "sst_dev_predictions.tsv")
     assert len(runs["one"]) == TINY_HPARAMS["max_eval_examples"]
