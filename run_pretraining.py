@@ -53,6 +53,9 @@ define_distribution_flags(flags.DEFINE_string, flags.DEFINE_integer)
 flags.DEFINE_integer("max_seq_length", None, "Tokens per example; larger than the trained "
                      "length on resume starts a continuation phase (position embeddings copied).")
 flags.DEFINE_integer("log_every_n_steps", None, "Log line + TensorBoard scalars every N steps.")
+flags.DEFINE_integer("steps_per_loop", None, "Steps inside one compiled call (default 1; on a "
+                     "TPU e.g. 200: one host round-trip per loop). Logs and saves still happen "
+                     "at their steps.")
 flags.DEFINE_boolean("deterministic", None, "Op determinism + fixed seeds: reruns and resumed "
                      "runs are bit-identical on CPU (slower).")
 flags.DEFINE_boolean("jit_compile", None, "XLA-compile the train step (default: on GPU only).")
@@ -60,7 +63,8 @@ flags.DEFINE_boolean("jit_compile", None, "XLA-compile the train step (default: 
 DEMO_MODEL_DIR = os.path.join("runs", "demo")
 _FLAG_KEYS = ("model_size", "model_name", "num_train_steps", "train_batch_size", "learning_rate",
               "save_checkpoints_steps", "keep_checkpoint_max", "seed", "precision",
-              "max_seq_length", "log_every_n_steps", "deterministic", "jit_compile")
+              "max_seq_length", "log_every_n_steps", "steps_per_loop", "deterministic",
+              "jit_compile")
 
 
 class UsageError(ValueError):

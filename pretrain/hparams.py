@@ -83,6 +83,7 @@ class PretrainingHParams:
     save_checkpoints_steps: int = 10000
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 100
+    steps_per_loop: int = 1  # steps per compiled call (ELECTRA's iterations_per_loop; TPU: 200)
     shuffle_buffer: int = 10000
     export_on_save: bool = True
 
@@ -145,7 +146,8 @@ def _check_types(hp):
              f"{name} must be a positive integer, got {v!r}")
 
     for name in ("num_train_steps", "train_batch_size", "max_seq_length", "save_checkpoints_steps",
-                 "keep_checkpoint_max", "log_every_n_steps", "max_position_embeddings",
+                 "keep_checkpoint_max", "log_every_n_steps", "steps_per_loop",
+                 "max_position_embeddings",
                  "conv_kernel_size", "head_ratio", "linear_groups", "shuffle_buffer"):
         positive_int(name)
     need(isinstance(hp.num_warmup_steps, int) and hp.num_warmup_steps >= 0,
@@ -195,7 +197,7 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
     # JSON gives floats for ints written as 1e6; accept integral floats for integer fields.
     for name in ("num_train_steps", "num_warmup_steps", "train_batch_size",
                  "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
-                 "max_seq_length", "max_predictions_per_seq", "seed"):
+                 "steps_per_loop", "max_seq_length", "max_predictions_per_seq", "seed"):
         v = getattr(hp, name)
         if isinstance(v, float) and v.is_integer():
             setattr(hp, name, int(v))

@@ -198,7 +198,8 @@ def train_settings(hp):
         learning_rate=hp.learning_rate, warmup_steps=hp.num_warmup_steps,
         lr_decay_power=hp.lr_decay_power, weight_decay_rate=hp.weight_decay_rate,
         clip_norm=hp.clip_norm, precision=hp.precision, jit_compile=hp.jit_compile,
-        log_every=hp.log_every_n_steps, save_every=hp.save_checkpoints_steps,
+        log_every=hp.log_every_n_steps, steps_per_loop=hp.steps_per_loop,
+        save_every=hp.save_checkpoints_steps,
         keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save)
 
 

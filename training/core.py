@@ -20,6 +20,10 @@
 * State: tf.train.Checkpoint(model, optimizer, step, examples consumed, task state), keep-N. A
   rerun restores it and the task's dataset skips the batches already consumed: in deterministic
   mode a resumed run is bit-identical to one never interrupted (tests/pretrain/test_resume.py).
+* Host loop: `steps_per_loop` = k runs up to k steps inside one compiled call (a tf.while over
+  the step), as ELECTRA's `iterations_per_loop`: one host round-trip per k steps keeps a TPU fed.
+  A call never crosses a log, save or final step, and the parameters after any number of steps
+  equal those of k = 1 (tests/training/test_core.py).
 * The loop: a progress line every `log_every` steps (task fields, lr, seq/s, elapsed, ETA),
   TensorBoard scalars, a history of window records, and a non-finite guard: a non-finite loss
   (or gradient norm, without loss scaling) stops the run before any save, so the last good
@@ -69,6 +73,7 @@ class TrainSettings:
     precision: str = "fp32"
     jit_compile: Optional[bool] = None           # None: on for one GPU, else off
     log_every: int = 100
+    steps_per_loop: int = 1                      # steps inside one compiled call (TPU: ~200)
     save_every: Optional[int] = None
     keep_checkpoints: int = 5
     export_on_save: bool = True
@@ -270,7 +275,28 @@ class TrainingCore:
             self.examples.assign_add(batch_size)
             return sums
 
-        return tf.function(train_step)
+        if s.steps_per_loop <= 1:
+            return tf.function(train_step)
+
+        def train_loop(iterator, num_steps):
+            """`num_steps` (a tensor: one trace for every count) steps; their metric sums."""
+            sums = train_step(iterator)
+            for _ in tf.range(num_steps - 1):
+                values = train_step(iterator)
+                sums = {k: sums[k] + values[k] for k in sums}
+            return sums
+
+        return tf.function(train_loop)
+
+    def _steps_this_call(self, step):
+        """How many steps the next call runs: up to `steps_per_loop`, never past a log or save
+        boundary or the end (so logs, checkpoints and the non-finite guard see those steps)."""
+        s = self.settings
+        bounds = [s.total_steps, step + max(1, s.steps_per_loop)]
+        for every in (max(1, s.log_every), s.save_every):
+            if every:
+                bounds.append((step // every + 1) * every)
+        return min(bounds) - step
 
     # ------------------------------------------------------------------ the loop
     def fit(self, checkpoint_dir=None, scratch_dir=None, log_dir=None, export_dir=None,
@@ -308,15 +334,20 @@ class TrainingCore:
         step, last_saved, stop_message = start_step, last_checkpoint, None
         try:
             while step < s.total_steps:
-                values = {k: v.numpy() for k, v in train_step(iterator).items()}
-                step += 1
+                if s.steps_per_loop > 1:
+                    num = self._steps_this_call(step)
+                    out = train_step(iterator, tf.constant(num, tf.int32))
+                else:
+                    num, out = 1, train_step(iterator)
+                values = {k: v.numpy() for k, v in out.items()}
+                step += num
                 rate.step_done(step)
                 stop_message = self._non_finite(values, step, checkpoint_dir, last_saved)
                 if stop_message:
                     break
                 window = values if window is None else {k: window[k] + values[k]
                                                         for k in window}
-                window_steps += 1
+                window_steps += num
                 if step % max(1, s.log_every) == 0 or step == s.total_steps:
                     now = time.time()
                     history.append(self._log_window(step, window, window_steps,

@@ -119,6 +119,38 @@ def test_resume_continues_exactly(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("steps_per_loop", [4, 3])
+def test_steps_per_loop_gives_the_same_parameters(tmp_path, steps_per_loop):
+    """k steps inside one compiled call (a tf.while): after 2k steps (and after 12 steps with
+    logs and saves every 4) the parameters, logs and checkpoints equal those of k = 1."""
+    results = {}
+    for k in (1, steps_per_loop):
+        lines = []
+        task, core = new_core(lines, steps_per_loop=k, total_steps=2 * steps_per_loop,
+                              log_every=2 * steps_per_loop, save_every=None)
+        step_fn, calls = core.train_step(), []
+        core._train_step = lambda *args: calls.append(args) or step_fn(*args)
+        core.fit()
+        results[k] = weights(task)
+        assert len(calls) == (2 * steps_per_loop if k == 1 else 2)   # 2 calls of k steps
+    for a, b in zip(results[1], results[steps_per_loop]):
+        np.testing.assert_array_equal(a, b)
+
+    runs = {}
+    for k in (1, steps_per_loop):
+        lines = []
+        task, core = new_core(lines, steps_per_loop=k)
+        summary = core.fit(checkpoint_dir=str(tmp_path / f"k{k}"))
+        runs[k] = (weights(task), [h["step"] for h in summary["history"]],
+                   [round(h["loss"], 5) for h in summary["history"]],
+                   sorted(p.split("/")[-1] for p in tf.io.gfile.glob(
+                       str(tmp_path / f"k{k}" / "ckpt-*.index"))))
+    (w1, *rest1), (wk, *restk) = runs[1], runs[steps_per_loop]
+    for a, b in zip(w1, wk):
+        np.testing.assert_array_equal(a, b)
+    assert rest1 == restk and rest1[0] == [4, 8, 12]
+
+
 def test_non_finite_loss_stops_before_saving(tmp_path):
     task, core = new_core([])
     core.fit(checkpoint_dir=str(tmp_path))
