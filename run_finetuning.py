@@ -18,6 +18,10 @@ leaderboard files and `glue_submission.zip` under `results/leaderboard/`; for SQ
 Hyper-parameters: the official defaults per --model_size (finetune/hparams.py), then --hparams
 (JSON string or file; unknown keys are an error), then explicit flags. Bad input (missing task
 directory, malformed TSV row, unknown label or task) stops with a one-line error naming the file.
+
+Every path (--data_dir, --model_dir, --init_checkpoint, --vocab_file, --sp_model, --train_file,
+--predict_file) may be on any filesystem TensorFlow knows (gs:// buckets on a Cloud TPU): every
+file goes through model/fileio.py.
 """
 from __future__ import annotations
 
@@ -110,12 +114,7 @@ def run(argv=None):
         return glue_submission()
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
-    for flag in ("model_dir", "data_dir", "init_checkpoint", "vocab_file", "sp_model",
-                 "train_file", "predict_file"):
-        value = getattr(FLAGS, flag)
-        if value and "://" in value:   # local file APIs still (issue 21): refuse, never misplace
-            raise UsageError(f"--{flag} {value}: bucket paths (gs://, ram://, ...) are not "
-                             "supported yet; use a local path")
+    init = FLAGS.init_checkpoint
     if FLAGS.vocab_file and FLAGS.sp_model:
         raise UsageError("give --vocab_file or --sp_model, not both")
     tasks = parse_task_names(FLAGS.task_names)
@@ -125,10 +124,10 @@ def run(argv=None):
     data_dir = FLAGS.data_dir
     if any(t not in QA_TASKS for t in tasks) and not data_dir:
         raise UsageError("--data_dir is required for GLUE tasks")
-    if data_dir and not os.path.isdir(data_dir):
+    from model import fileio
+    if data_dir and not fileio.isdir(data_dir):
         raise UsageError(f"{data_dir}: --data_dir not found")
-    init = FLAGS.init_checkpoint
-    if init and not (os.path.exists(init) or os.path.exists(init + ".index")):
+    if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
         raise UsageError(f"{init}: --init_checkpoint not found")
     from finetune.run import run_tasks
     from training.distribution import make_strategy

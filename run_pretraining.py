@@ -13,7 +13,9 @@ The paper's models (see scripts/pretrain_*.sh and docs/PRETRAINING.md):
 `--data_dir` follows ELECTRA: TFRecords in $DATA_DIR/pretrain_tfrecords, vocab in
 $DATA_DIR/vocab.txt, model in $DATA_DIR/models/<model_name>. Rerunning the same command resumes
 from the last checkpoint in --model_dir. Any key of pretrain/hparams.py can be set with
---hparams (a JSON string or a .json file); explicit flags win over --hparams.
+--hparams (a JSON string or a .json file); explicit flags win over --hparams. Every path
+(--model_dir, --data_dir, --pretrain_tfrecords, --vocab_file, --sp_model) may be local or on any
+filesystem tf.io.gfile knows, e.g. a gs:// bucket on a Cloud TPU.
 
 Bad input (unknown hparam or size, no or malformed TFRecords, a vocab that does not match the
 model, ...) prints one line `error: ...` and exits with status 1, writing nothing.
@@ -136,17 +138,13 @@ def _default_data(max_seq_length):
 
 def resolve(flag_values):
     """Flags -> (hparams, model_dir, shard files, special token ids). Raises one-line errors."""
+    # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): checked with gfile,
+    # joined with os.path (posix on the machines TensorFlow's bucket filesystems run on).
+    import tensorflow as tf
     from data.errors import DataError
     from data.pretraining_input import check_shard, find_shards
     from pretrain.hparams import make_hparams, parse_overrides
 
-    for flag in ("model_dir", "data_dir", "vocab_file", "sp_model"):
-        value = getattr(flag_values, flag)
-        if value and "://" in value:
-            # Exports, hparams.json and the vocab are still read and written with local file APIs:
-            # refuse rather than write a local folder named like the bucket (issue 21).
-            raise UsageError(f"--{flag} {value}: bucket paths (gs://, ram://, ...) are not "
-                             "supported yet; use a local directory")
     overrides = parse_overrides(flag_values.hparams)
     from_flags = {k: getattr(flag_values, k) for k in _FLAG_KEYS
                   if getattr(flag_values, k) is not None}
@@ -173,13 +171,13 @@ def resolve(flag_values):
     elif flag_values.pretrain_tfrecords:
         pattern = flag_values.pretrain_tfrecords
     else:
-        if not os.path.isdir(flag_values.data_dir):
+        if not tf.io.gfile.isdir(flag_values.data_dir):
             raise UsageError(f"--data_dir {flag_values.data_dir} is not a directory")
         pattern = os.path.join(flag_values.data_dir, "pretrain_tfrecords",
                                "pretrain_data.tfrecord*")
     if vocab_file is None and sp_model is None and flag_values.data_dir:
         candidate = os.path.join(flag_values.data_dir, "vocab.txt")
-        vocab_file = candidate if os.path.exists(candidate) else None
+        vocab_file = candidate if tf.io.gfile.exists(candidate) else None
 
     files = find_shards(pattern)
     for path in files:
@@ -218,6 +216,9 @@ def main(argv):
         print(f"error: unexpected arguments {' '.join(argv[1:])} (flags are --name=value)",
               file=sys.stderr, flush=True)
         sys.exit(1)
+    if os.environ.get("KERAS_BACKEND") == "jax":
+        _report(_main_jax())
+        return
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)  # TF's per-save INFO lines
     from data.errors import DataError
@@ -242,6 +243,28 @@ def main(argv):
     except user_errors as e:
         print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
+    _report(summary)
+
+
+def _main_jax():
+    """KERAS_BACKEND=jax: pretrain/jax_trainer.py, TensorFlow never imported."""
+    if FLAGS.num_cpu_devices and FLAGS.num_cpu_devices > 1:   # before JAX starts
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform"
+                                   f"_device_count={FLAGS.num_cpu_devices}").strip()
+    from data.errors import DataError
+    from model.config import ConfigError
+    from pretrain.hparams import HParamsError
+    from model.fileio import FileIOError
+    from pretrain.jax_trainer import JaxTrainingError, run_from_flags
+    try:
+        return run_from_flags(FLAGS, _FLAG_KEYS, log=log)
+    except (HParamsError, DataError, ConfigError, JaxTrainingError, UsageError, FileIOError,
+            FileNotFoundError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _report(summary):
     final = summary.get("final") or {}
     first = summary.get("first") or {}
     if final:

@@ -8,10 +8,9 @@ Also the checks that belong to the checkpoint: the sequence length it was pre-tr
 """
 from __future__ import annotations
 
-import glob
 import json
-import os
 
+from model import fileio
 from finetune.console import UsageError, warn
 
 PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
@@ -56,13 +55,13 @@ class EncoderSource:
         path = self.path
         if not path:
             return None
-        if os.path.isdir(path):
+        if fileio.isdir(path):
             for sub in ("discriminator", "export/discriminator"):
-                if (not os.path.exists(os.path.join(path, "convbert_config.json"))
-                        and os.path.exists(os.path.join(path, sub, "convbert_config.json"))):
-                    return os.path.join(path, sub)
+                if (not fileio.exists(fileio.join(path, "convbert_config.json"))
+                        and fileio.exists(fileio.join(path, sub, "convbert_config.json"))):
+                    return fileio.join(path, sub)
             return path
-        return os.path.dirname(path) or "."
+        return fileio.dirname(path)
 
     def trained_max_seq_length(self):
         """(max_seq_length, file) recorded by a pre-training run: a top-level JSON key in the
@@ -72,19 +71,18 @@ class EncoderSource:
         if directory is None:
             return None
         candidates = []
-        for d in (directory, os.path.dirname(os.path.abspath(directory)),
-                  os.path.dirname(os.path.dirname(os.path.abspath(directory)))):
+        parent = fileio.absolute_parent(directory)
+        for d in dict.fromkeys((fileio.norm(directory), parent, fileio.absolute_parent(parent))):
             # pretrain/task.py writes <model_dir>/hparams.json (with max_seq_length).
-            known = [os.path.join(d, name) for name in PRETRAIN_RECORD_FILES]
-            candidates += [p for p in known if os.path.isfile(p)]
-            candidates += [p for p in sorted(glob.glob(os.path.join(d, "*.json")))
-                           if p not in known]
+            known = [fileio.join(d, name) for name in PRETRAIN_RECORD_FILES]
+            candidates += [p for p in known if fileio.isfile(p)]
+            candidates += [p for p in fileio.list_files(d, "*.json")
+                           if p not in known and not fileio.basename(p).startswith(".")]
         for path in candidates:
-            if os.path.basename(path) in ("config.json",):
+            if fileio.basename(path) in ("config.json",):
                 continue  # HF model config: max_position_embeddings, not the trained length
             try:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
+                data = json.loads(fileio.read_text(path))
             except (OSError, ValueError):
                 continue
             if not isinstance(data, dict):
@@ -119,17 +117,17 @@ def check_sequence_length(source: EncoderSource, max_seq_length: int, task: str)
 
 def find_vocab_file(vocab_flag, init_checkpoint):
     if vocab_flag:
-        if not os.path.isfile(vocab_flag):
+        if not fileio.isfile(vocab_flag):
             raise UsageError(f"{vocab_flag}: vocab file not found")
         return vocab_flag
     if init_checkpoint:
-        base = init_checkpoint if os.path.isdir(init_checkpoint) else os.path.dirname(
+        base = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.dirname(
             init_checkpoint)
-        parent = os.path.dirname(os.path.abspath(base))
-        for d in (base, os.path.join(base, "discriminator"), parent):
+        parent = fileio.absolute_parent(base)
+        for d in (base, fileio.join(base, "discriminator"), parent):
             for name in ("vocab.txt", "bert-uncased-vocab.txt"):
-                path = os.path.join(d, name)
-                if os.path.isfile(path):
+                path = fileio.join(d, name)
+                if fileio.isfile(path):
                     return path
     raise UsageError("--vocab_file is required (the BERT uncased vocab.txt); none was found "
                      "next to --init_checkpoint")

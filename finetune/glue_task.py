@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from model import fileio
 from finetune.console import say, warn
 
 GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),
@@ -30,7 +31,7 @@ def glue_predict_splits(task, data_dir):
     from finetune.glue.leaderboard import SUBMISSION_FILES
     if task == "mnli":
         splits = [("MNLI-m", "test_matched"), ("MNLI-mm", "test_mismatched")]
-        if os.path.isfile(os.path.join(data_dir, "diagnostic", "diagnostic.tsv")):
+        if fileio.isfile(fileio.join(data_dir, "diagnostic", "diagnostic.tsv")):
             splits.append(("AX", "diagnostic"))
         else:
             warn(f"{data_dir}/diagnostic/diagnostic.tsv not found: no AX predictions")
@@ -192,7 +193,7 @@ def write_glue_submission(submission, model_dir, data_dir):
     """This run's test predictions -> `results/leaderboard/<NAME>.tsv`, then the zip of every
     task's latest file there (earlier runs' included), checked against the test sets."""
     from finetune.glue import leaderboard
-    out_dir = os.path.join(model_dir, "results", "leaderboard")
+    out_dir = fileio.join(model_dir, "results", "leaderboard")
     leaderboard.write_submission(out_dir, submission)
     status = leaderboard.make_submission(out_dir, data_dir, allow_partial=True)
     say(describe_submission(status))
@@ -212,22 +213,20 @@ def describe_submission(status):
 
 # ---------------------------------------------------------------------------------- GLUE table
 def _median_metrics(results_dir, key):
-    path = os.path.join(results_dir, f"{key}_dev_summary.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)["summary"]
+    path = fileio.join(results_dir, f"{key}_dev_summary.json")
+    if fileio.isfile(path):
+        summary = json.loads(fileio.read_text(path))["summary"]
         return {m: s["median"] for m, s in summary.items()}, summary
-    path = os.path.join(results_dir, f"{key}_dev_metrics.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)["metrics"], None
+    path = fileio.join(results_dir, f"{key}_dev_metrics.json")
+    if fileio.isfile(path):
+        return json.loads(fileio.read_text(path))["metrics"], None
     return None, None
 
 
 def glue_table(model_dir) -> str:
     """The ELECTRA/ConvBERT dev table: one metric per task (median over trials) and the mean."""
     from finetune.glue.metrics import glue_score
-    results_dir = os.path.join(model_dir, "results")
+    results_dir = fileio.join(model_dir, "results")
     header, values, results = [], [], {}
     for key, title, metric in GLUE_TABLE_COLUMNS:
         metrics, summary = _median_metrics(results_dir, key)

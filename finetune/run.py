@@ -9,8 +9,8 @@ the run with the file and line before minutes of training); then each task train
 from __future__ import annotations
 
 import json
-import os
 
+from model import fileio
 from finetune.console import UsageError, say, warn
 from finetune.hparams import QA_TASKS
 
@@ -58,12 +58,11 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         raise UsageError(f"{sp_model or vocab_file}: {tokenizer.vocab_size} tokens but the model "
                          f"has only {source.config.vocab_size} word embeddings")
 
-    os.makedirs(os.path.join(model_dir, "results"), exist_ok=True)
-    with open(os.path.join(model_dir, "finetune_hparams.json"), "w", encoding="utf-8") as f:
-        json.dump({"hparams": base_hp.to_dict(), "tasks": tasks,
-                   "init_checkpoint": init_checkpoint, "vocab_file": vocab_file,
-                   "sp_model": sp_model,
-                   "model_config": source.config.to_dict()}, f, indent=2, sort_keys=True)
+    fileio.makedirs(fileio.join(model_dir, "results"))
+    fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"), json.dumps(
+        {"hparams": base_hp.to_dict(), "tasks": tasks, "init_checkpoint": init_checkpoint,
+         "vocab_file": vocab_file, "sp_model": sp_model,
+         "model_config": source.config.to_dict()}, indent=2, sort_keys=True))
 
     submission = {}
     for task in tasks:

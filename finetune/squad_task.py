@@ -15,7 +15,8 @@ Task names: "squad" = SQuAD 2.0 (ELECTRA's name), "squadv1" = SQuAD 1.1.
 from __future__ import annotations
 
 import json
-import os
+
+from model import fileio
 
 VERSIONS = {"squad": "2.0", "squadv1": "1.1"}
 BEAM_KEYS = ("start_top_index", "start_top_log_probs", "end_top_index", "end_top_log_probs")
@@ -26,20 +27,20 @@ def default_files(task, data_dir):
     version = VERSIONS[task]
     if not data_dir:
         return None, None
-    for d in (os.path.join(data_dir, "squad"), data_dir):
-        dev = os.path.join(d, f"dev-v{version}.json")
-        train = os.path.join(d, f"train-v{version}.json")
-        if os.path.exists(dev) or os.path.exists(train):
+    for d in (fileio.join(data_dir, "squad"), fileio.norm(data_dir)):
+        dev = fileio.join(d, f"dev-v{version}.json")
+        train = fileio.join(d, f"train-v{version}.json")
+        if fileio.exists(dev) or fileio.exists(train):
             return train, dev
-    return (os.path.join(data_dir, "squad", f"train-v{version}.json"),
-            os.path.join(data_dir, "squad", f"dev-v{version}.json"))
+    return (fileio.join(data_dir, "squad", f"train-v{version}.json"),
+            fileio.join(data_dir, "squad", f"dev-v{version}.json"))
 
 
 def _require(path, what, flag):
     from finetune.qa.squad_eval import SquadFormatError
     if not path:
         raise SquadFormatError(f"no SQuAD {what} file: give --{flag} or --data_dir")
-    if not os.path.isfile(path):
+    if not fileio.isfile(path):
         raise SquadFormatError(f"{path}: SQuAD {what} file not found (give --{flag})")
     return path
 
@@ -144,8 +145,8 @@ def load_squad_data(task, hp, data_dir, train_file, predict_file, do_train, do_e
     if do_eval:
         predict_file = _require(predict_file, "evaluation", "predict_file")
         eval_examples = squad_data.read_squad_examples(predict_file, is_training=False)
-        with open(predict_file, encoding="utf-8") as f:   # valid: read_squad_examples checked it
-            dataset_json = json.load(f)
+        # valid JSON: read_squad_examples checked it
+        dataset_json = json.loads(fileio.read_text(predict_file))
         if hp.max_eval_examples:
             eval_examples = eval_examples[:hp.max_eval_examples]
             dataset_json = _subset_dataset(dataset_json, {e.qas_id for e in eval_examples})
@@ -193,7 +194,7 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
     predict_file = data.predict_file
 
     forward, loss, output_keys = model_fns(hp, version)
-    results_dir = os.path.join(model_dir, "results")
+    results_dir = fileio.join(model_dir, "results")
     all_metrics = []
     for trial, trainer, steps in train_trials(
             hp, task, model_dir, source, lambda config: make_head(hp, config, version), forward,
@@ -208,17 +209,15 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
             examples, feats, results, results_dir, version_2_with_negative=version == "2.0",
             n_best_size=hp.n_best_size, max_answer_length=hp.max_answer_length,
             null_threshold=hp.qa_na_threshold, prefix=prefix)
-        with open(paths["predictions"], encoding="utf-8") as f:
-            predictions = json.load(f)
+        predictions = json.loads(fileio.read_text(paths["predictions"]))
         null_odds = None
         if "null_odds" in paths:
-            with open(paths["null_odds"], encoding="utf-8") as f:
-                null_odds = json.load(f)
+            null_odds = json.loads(fileio.read_text(paths["null_odds"]))
         metrics = evaluate(version, dataset_json, predictions, null_odds, hp.qa_na_threshold)
         record = {"task": task, "version": version, "trial": trial.record_number(hp.num_trials),
                   "num_questions": len(examples), "num_windows": len(feats),
                   "predict_file": predict_file, "train_steps": steps, "metrics": metrics}
-        metrics_path = os.path.join(results_dir, f"{prefix}metrics.json")
+        metrics_path = fileio.join(results_dir, f"{prefix}metrics.json")
         postprocess.write_json_atomic(record, metrics_path)
         all_metrics.append(_numeric(metrics))
         trainer.write_scalars(f"dev_{task}", _numeric(metrics), steps)
@@ -231,7 +230,7 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
         keys = set.intersection(*(set(m) for m in all_metrics))
         summary = summarize_trials([{k: m[k] for k in sorted(keys)} for m in all_metrics])
         postprocess.write_json_atomic({"task": task, "summary": summary},
-                                      os.path.join(results_dir, f"{task}_summary.json"))
+                                      fileio.join(results_dir, f"{task}_summary.json"))
         printer(f"{task} " + ", ".join(
             f"{k} {summary[k]['median']:.2f} (median of {summary[k]['n']}; mean "
             f"{summary[k]['mean']:.2f} ± {summary[k]['std']:.2f})"

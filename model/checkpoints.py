@@ -9,18 +9,20 @@
 
 Loading reports missing and unexpected names and refuses to load part of a model: a missing weight
 or a weight of another shape is an error naming it. Pickle files (`pytorch_model.bin`) are refused.
+
+Every path goes through `model/fileio.py`, so a checkpoint may be read from and written to a bucket
+(`gs://...`) or TensorFlow's in-memory `ram://` as well as a local directory.
 """
-import glob
 import json
 import logging
 import os
 import re
-import tempfile
+import uuid
 
 import numpy as np
 
 from model.config import ConvBertConfig, ConfigError
-from model import hf_convert
+from model import fileio, hf_convert
 
 NATIVE_CONFIG = "convbert_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -76,44 +78,51 @@ def _reject_pickle(path):
                           "(transformers: model.save_pretrained(dir, safe_serialization=True))")
 
 
+def _load_safetensors(path):
+    """{name: array} of one safetensors file (read as bytes: any filesystem)."""
+    from safetensors.numpy import load
+    return load(fileio.read_bytes(path))
+
+
 def _read_safetensors(directory):
-    from safetensors.numpy import load_file
     single = os.path.join(directory, WEIGHTS_FILE)
-    if os.path.exists(single):
-        return load_file(single)
+    if fileio.exists(single):
+        return _load_safetensors(single)
     index = os.path.join(directory, WEIGHTS_FILE + ".index.json")
-    if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
+    if fileio.exists(index):
+        shards = sorted(set(json.loads(fileio.read_text(index))["weight_map"].values()))
         tensors = {}
         for shard in shards:
-            tensors.update(load_file(os.path.join(directory, shard)))
+            tensors.update(_load_safetensors(os.path.join(directory, shard)))
         return tensors
-    if glob.glob(os.path.join(directory, "*.bin")):
-        _reject_pickle(glob.glob(os.path.join(directory, "*.bin"))[0])
+    pickles = fileio.glob(os.path.join(directory, "*.bin"))
+    if pickles:
+        _reject_pickle(pickles[0])
     raise CheckpointError(f"{directory}: no {WEIGHTS_FILE} found")
 
 
 def _is_tf1(path):
-    if os.path.isdir(path):
-        return os.path.exists(os.path.join(path, "checkpoint")) or bool(
-            glob.glob(os.path.join(path, "*.index")))
-    return os.path.exists(path + ".index")
+    if fileio.isdir(path):
+        return fileio.exists(os.path.join(path, "checkpoint")) or bool(
+            fileio.glob(os.path.join(path, "*.index")))
+    return fileio.exists(path + ".index")
 
 
 def read_tf1_checkpoint(path):
     """All variables of a TF1 checkpoint (a directory with a `checkpoint` file, or a prefix)."""
     import tensorflow as tf
     prefix = path
-    if os.path.isdir(path):
+    if fileio.isdir(path):
         prefix = tf.train.latest_checkpoint(path)
         if prefix is None:
-            indexes = sorted(glob.glob(os.path.join(path, "*.index")))
+            indexes = fileio.glob(os.path.join(path, "*.index"))
             if not indexes:
                 raise CheckpointError(f"{path}: no TF1 checkpoint in this directory")
             prefix = indexes[-1][:-len(".index")]
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        # Not tf.train.load_checkpoint: on ram:// its "is this a directory?" test is true for
+        # any prefix of a name (`model.ckpt-0` beside `model.ckpt-0.index`).
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
     except Exception as e:  # tf raises several error types for unreadable checkpoints
         raise CheckpointError(f"{prefix}: not a readable TF checkpoint ({type(e).__name__})") from None
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
@@ -170,23 +179,23 @@ def resolve_checkpoint(path, config=None):
     """-> (format, config, {TF1 name: array}) for any supported checkpoint path."""
     if path.endswith(".bin") or path.endswith(".pt") or path.endswith(".pth"):
         _reject_pickle(path)
-    if not os.path.exists(path) and not _is_tf1(path):
+    if not fileio.exists(path) and not _is_tf1(path):
         raise CheckpointError(f"{path}: no such file or directory")
-    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, f)) for f in
-                                       (NATIVE_CONFIG, "config.json", "checkpoint")):
+    is_dir = fileio.isdir(path)
+    if is_dir and not any(fileio.exists(os.path.join(path, f)) for f in
+                          (NATIVE_CONFIG, "config.json", "checkpoint")):
         # A pre-training model_dir keeps its exported discriminator one level down.
         for sub in ("discriminator", "export/discriminator"):
-            if os.path.exists(os.path.join(path, sub, NATIVE_CONFIG)):
+            if fileio.exists(os.path.join(path, sub, NATIVE_CONFIG)):
                 return resolve_checkpoint(os.path.join(path, sub), config)
-    native_config = os.path.join(path, NATIVE_CONFIG) if os.path.isdir(path) else None
-    if native_config and os.path.exists(native_config) and not _is_tf1(path):
+    native_config = os.path.join(path, NATIVE_CONFIG) if is_dir else None
+    if native_config and fileio.exists(native_config) and not _is_tf1(path):
         return "keras", config or ConvBertConfig.from_json(native_config), _read_safetensors(path)
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            try:
-                hf_config = json.load(f)
-            except json.JSONDecodeError as e:
-                raise CheckpointError(f"{path}/config.json: invalid JSON ({e.msg})") from None
+    if is_dir and fileio.exists(os.path.join(path, "config.json")):
+        try:
+            hf_config = json.loads(fileio.read_text(os.path.join(path, "config.json")))
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{path}/config.json: invalid JSON ({e.msg})") from None
         try:
             saved = hf_convert.config_from_hf(hf_config, where=os.path.join(path, "config.json"))
         except ConfigError as e:
@@ -195,11 +204,12 @@ def resolve_checkpoint(path, config=None):
         return "hf", config, _hf_to_tf1_names(_read_safetensors(path), config)
     if _is_tf1(path):
         variables = read_tf1_checkpoint(path)
-        if config is None and native_config and os.path.exists(native_config):
+        if config is None and native_config and fileio.exists(native_config):
             config = ConvBertConfig.from_json(native_config)  # written by save_pretrained("tf1")
         return "tf1", config or infer_config_from_tf1(variables, where=path), variables
-    if os.path.isdir(path) and glob.glob(os.path.join(path, "*.bin")):
-        _reject_pickle(glob.glob(os.path.join(path, "*.bin"))[0])
+    pickles = fileio.glob(os.path.join(path, "*.bin")) if is_dir else []
+    if pickles:
+        _reject_pickle(pickles[0])
     raise CheckpointError(f"{path}: not a ConvBERT checkpoint (expected {NATIVE_CONFIG}, a Hugging "
                           "Face config.json + model.safetensors, or a TF1 checkpoint)")
 
@@ -269,35 +279,29 @@ def load_pretrained(path, model_cls, config=None, **model_kwargs):
 
 
 # ------------------------------------------------------------------------------------- writers
-def _atomic_write_bytes(path, data: bytes):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def _write_safetensors(path, tensors, metadata=None):
     from safetensors.numpy import save
-    _atomic_write_bytes(path, save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+    fileio.write_bytes_atomic(path, save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
                                    metadata=metadata))
 
 
 def write_tf1_checkpoint(directory, tensors, step=0, prefix_name="model.ckpt"):
     """Write {name: array} as a TF1-style checkpoint `directory/model.ckpt-<step>`."""
     import tensorflow as tf
-    os.makedirs(directory, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=directory)
+    fileio.makedirs(directory)
+    tmp_dir = os.path.join(directory, f".tmp-ckpt-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fileio.makedirs(tmp_dir)
     base = f"{prefix_name}-{step}"
     names = sorted(tensors)
     tf.raw_ops.SaveV2(prefix=os.path.join(tmp_dir, base), tensor_names=names,
                       shape_and_slices=[""] * len(names),
                       tensors=[tf.constant(np.asarray(tensors[n])) for n in names])
-    for f in os.listdir(tmp_dir):
-        os.replace(os.path.join(tmp_dir, f), os.path.join(directory, f))
-    os.rmdir(tmp_dir)
+    for f in fileio.listdir(tmp_dir):
+        fileio.rename(os.path.join(tmp_dir, f), os.path.join(directory, f))
+    fileio.remove_tree(tmp_dir)
     # The state file last: readers find the checkpoint only once all its files are in place.
     state = f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n'
-    _atomic_write_bytes(os.path.join(directory, "checkpoint"), state.encode())
+    fileio.write_text_atomic(os.path.join(directory, "checkpoint"), state)
     return os.path.join(directory, base)
 
 
@@ -306,7 +310,7 @@ def save_pretrained(model, directory, format="keras", scope="electra"):
     if format not in FORMATS:
         raise ValueError(f"unknown checkpoint format {format!r}; choose one of {', '.join(FORMATS)}")
     directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
+    fileio.makedirs(directory)
     tensors = {name: np.asarray(keras_value(v)) for name, v in model.weight_map().items()}
     config = model.config
     if format == "keras":
@@ -330,8 +334,8 @@ def save_pretrained(model, directory, format="keras", scope="electra"):
     if has_heads:
         hf_config["architectures"] = ["ConvBertForMaskedLM"]
     _write_safetensors(os.path.join(directory, WEIGHTS_FILE), hf_tensors, metadata={"format": "pt"})
-    _atomic_write_bytes(os.path.join(directory, "config.json"),
-                        (json.dumps(hf_config, indent=2, sort_keys=True) + "\n").encode())
+    fileio.write_text_atomic(os.path.join(directory, "config.json"),
+                             json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     return directory
 
 

@@ -14,6 +14,8 @@ import json
 import os
 from typing import Optional
 
+from model import fileio  # user paths: local, gs://, ram:// (model/fileio.py)
+
 CONV_TYPES = ("sdconv", "dynamic", "lightweight", "none")
 # Names used elsewhere for the same variants (the official code calls the bottleneck-only model
 # "noconv"); accepted on input, normalised on construction.
@@ -46,11 +48,10 @@ def read_json_object(text_or_path: str, what: str = "JSON") -> tuple:
     """
     text, where = text_or_path, what
     if not text_or_path.lstrip().startswith("{"):
-        if not os.path.isfile(text_or_path):
+        if not fileio.isfile(text_or_path):
             raise ConfigError(f"{what} {text_or_path!r} is neither a JSON object nor an existing file")
         where = text_or_path
-        with open(text_or_path, encoding="utf-8") as f:
-            text = f.read()
+        text = fileio.read_text(text_or_path)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -172,7 +173,7 @@ class ConvBertConfig:
         """A size ("small"), a configs/ name ("electra_small"), a JSON file or a JSON string."""
         if spec.replace("_", "-") in _SIZES:
             return cls.from_size(spec)
-        if spec.lstrip().startswith("{") or os.path.exists(spec):
+        if spec.lstrip().startswith("{") or fileio.exists(spec):
             return cls.from_json(spec)
         return cls.from_name(spec)
 
@@ -199,10 +200,7 @@ class ConvBertConfig:
     def to_json(self, path: Optional[str] = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
         if path is not None:
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            fileio.write_text_atomic(os.fspath(path), text)
         return text
 
     def replace(self, **changes) -> "ConvBertConfig":

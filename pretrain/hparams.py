@@ -26,6 +26,7 @@ import json
 import os
 from typing import Optional
 
+from model import fileio
 from model.config import ConfigError, read_json_object
 from training import PRECISIONS  # fp32, bf16, mixed_float16
 
@@ -92,11 +93,8 @@ class PretrainingHParams:
 
     def to_json(self, path=None):
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        if path is not None:
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
+        if path is not None:  # local, gs:// or ram://, via a temporary file + rename
+            fileio.write_text_atomic(os.fspath(path), text)
         return text
 
 

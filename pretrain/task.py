@@ -13,7 +13,8 @@ core's (training/core.py).
 Layout of <model_dir>: hparams.json, checkpoints/ckpt-<step>, train/ (TensorBoard),
 discriminator/ and generator/ (native Keras exports, replaced atomically at every save, so
 `ConvBertModel.from_pretrained(model_dir)` always finds a complete model) and
-pretraining_summary.json.
+pretraining_summary.json. model_dir may be local or any filesystem tf.io.gfile knows (gs://,
+ram://): every read and write here goes through tf.io.gfile or model/fileio.py.
 """
 import os
 import time
@@ -21,9 +22,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from model import fileio
 from pretrain.hparams import HParamsError, model_config
 from training import Task, TrainingCore, TrainingError, TrainSettings
-from training.state import atomic_replace_dir, remove_tree
 
 AUC_BINS = 200
 SUMMARY_FILE = "pretraining_summary.json"
@@ -187,9 +188,11 @@ class PretrainingTask(Task):
                          ("generator", self.pretrainer.export_generator)):
             final = os.path.join(model_dir, part)
             tmp = os.path.join(model_dir, f".{part}.tmp-{os.getpid()}")
-            remove_tree(tmp)
+            fileio.remove_tree(tmp)
             fn(tmp, "keras")
-            atomic_replace_dir(tmp, final)
+            # Not training.state.atomic_replace_dir: on ram:// tf.io.gfile.rename moves only a
+            # directory's own entry, not its files; fileio moves them one by one.
+            fileio.replace_dir(tmp, final)
 
 
 def train_settings(hp):
@@ -216,7 +219,8 @@ def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, specia
     <model_dir>/pretraining_summary.json)."""
     from training import distribution as dist
     started_at = time.time()
-    model_dir = model_dir if "://" in str(model_dir) else os.path.abspath(model_dir)
+    model_dir = os.fspath(model_dir)
+    model_dir = model_dir if fileio.is_url(model_dir) else os.path.abspath(model_dir)
     task, core = make_core(hp, train_files, strategy, vocab_size, log, special_ids)
     checkpoint_dir = os.path.join(model_dir, CHECKPOINT_DIR)
     if core.chief:

@@ -4,7 +4,6 @@ Every path goes through tf.io.gfile, so a model_dir may be a bucket (gs://...) o
 in-memory ram:// filesystem (tests).
 """
 import json
-import os
 
 import tensorflow as tf
 
@@ -68,31 +67,10 @@ def remove_tree(path):
         tf.io.gfile.rmtree(path)
 
 
-def atomic_replace_dir(tmp_dir, final_dir):
-    """Move a finished `tmp_dir` to `final_dir`, replacing an older one (never half-written)."""
-    old = None
-    if tf.io.gfile.exists(final_dir):
-        old = f"{final_dir}.old-{os.getpid()}"
-        tf.io.gfile.rename(final_dir, old, overwrite=True)
-    tf.io.gfile.rename(tmp_dir, final_dir)
-    if old:
-        remove_tree(old)
-
-
 def write_text_atomic(text, path):
-    """`text` to `path` via a temporary file beside it + rename: readers never see half a file."""
-    directory = os.path.dirname(path)
-    if directory:
-        tf.io.gfile.makedirs(directory)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
-        raise
+    """`text` to `path` atomically (model/fileio.py: temporary file beside it + rename)."""
+    from model import fileio
+    fileio.write_text_atomic(path, text)
 
 
 def write_json_atomic(obj, path, indent=2):

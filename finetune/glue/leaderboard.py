@@ -5,19 +5,22 @@ header `index<TAB>prediction`, the index being the test file's own id column, an
 label strings (entailment/neutral/contradiction for MNLI and AX, entailment/not_entailment for
 RTE and QNLI, 0/1 for CoLA, SST-2, MRPC, QQP, WNLI) or, for STS-B, a score with 3 decimals in
 [0, 5]. The server takes a zip of the eleven files at its top level.
+
+Every file is read and written through model/fileio.py (tf.io.gfile for buckets): directories may be
+buckets (gs://...) or ram://; functions return a pathlib.Path for local paths, the URL otherwise.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import io
 import json
-import os
 import pathlib
-import tempfile
 import zipfile
 
 import numpy as np
 
+from model import fileio
 from finetune.glue.metrics import compute_metrics, to_label_ids, to_scores
 from finetune.glue.readers import read_examples, task_file
 from finetune.glue.tasks import DataError, get_task, normalize_task_name
@@ -76,28 +79,12 @@ def format_predictions(task_name: str, predictions) -> list[str]:
     return [task.label_list[i] for i in to_label_ids(predictions, task.name)]
 
 
-def _atomic_write(path: pathlib.Path, write) -> None:
-    """Run write(tmp_path) and rename over `path`: readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def _write_text(path, text: str) -> None:
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-    _atomic_write(pathlib.Path(path), write)
+    """UTF-8 text, written atomically (temporary name beside `path`, then rename)."""
+    fileio.write_atomic(path, text.encode("utf-8"))
 
 
-def write_submission_file(path, task_name: str, indices, predictions) -> pathlib.Path:
+def write_submission_file(path, task_name: str, indices, predictions):
     """One leaderboard TSV: `index<TAB>prediction` rows in the given order."""
     indices = [str(i) for i in indices]
     formatted = format_predictions(task_name, predictions)
@@ -105,47 +92,64 @@ def write_submission_file(path, task_name: str, indices, predictions) -> pathlib
         raise ValueError(f"{path}: {len(indices)} indices for {len(formatted)} predictions")
     lines = [HEADER] + [f"{i}\t{p}" for i, p in zip(indices, formatted)]
     _write_text(path, "\n".join(lines) + "\n")
-    return pathlib.Path(path)
+    return fileio.as_path(path)
 
 
 ZIP_NAME = "glue_submission.zip"
 
 
-def write_submission(output_dir, predictions: dict, zip_name: str = ZIP_NAME) -> pathlib.Path:
+def write_submission(output_dir, predictions: dict, zip_name: str = ZIP_NAME):
     """Write `<output_dir>/<NAME>.tsv` for each entry, then zip every submission file in
     `output_dir` — those written now and those earlier runs left there — and return the zip's path.
 
     predictions: {file stem or task key ("CoLA", "sst", "MNLI-mm", "ax", ...):
                   (test indices, predictions)}; indices are the test examples' `guid`s.
     """
-    output_dir = pathlib.Path(output_dir)
+    output_dir = fileio.norm(output_dir)
     for key, (indices, preds) in predictions.items():
         stem = submission_stem(key)
         task_name = SUBMISSION_FILES[stem][0]
-        write_submission_file(output_dir / f"{stem}.tsv", task_name, indices, preds)
+        write_submission_file(fileio.join(output_dir, f"{stem}.tsv"), task_name, indices, preds)
     return _write_zip(output_dir, _present_files(output_dir), zip_name)
 
 
-def _present_files(directory: pathlib.Path) -> list[pathlib.Path]:
+def _present_files(directory) -> list[str]:
     """The submission files (the eleven known names) in `directory`, in the server's order."""
-    return [directory / f"{stem}.tsv" for stem in SUBMISSION_FILES
-            if (directory / f"{stem}.tsv").is_file()]
+    paths = [fileio.join(directory, f"{stem}.tsv") for stem in SUBMISSION_FILES]
+    return [p for p in paths if fileio.isfile(p)]
 
 
-def _write_zip(directory: pathlib.Path, files, zip_name: str) -> pathlib.Path:
-    zip_path = directory / zip_name
+def _stem(path) -> str:
+    return fileio.basename(path)[:-len(".tsv")]
 
-    def write_zip(tmp):
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for path in files:
-                zf.write(path, arcname=path.name)   # files at the zip's top level
-    _atomic_write(zip_path, write_zip)
-    return zip_path
+
+def _write_zip(directory, files, zip_name: str):
+    """The zip is built in memory and written like every other file (atomically, via gfile)."""
+    zip_path = fileio.join(directory, zip_name)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for path in files:   # files at the zip's top level
+            zf.writestr(_zip_info(path), fileio.read_bytes(path))
+    fileio.write_atomic(zip_path, buffer.getvalue())
+    return fileio.as_path(zip_path)
+
+
+def _zip_info(path) -> zipfile.ZipInfo:
+    """The member entry ZipFile.write makes for a regular file: its name, modification time
+    (now where the filesystem keeps none) and rw-r--r--, deflated."""
+    import time
+    mtime = fileio.mtime(path)
+    if mtime is None or mtime < 315619200:   # the zip format starts in 1980
+        mtime = time.time()
+    info = zipfile.ZipInfo(fileio.basename(path), date_time=time.localtime(mtime)[:6])
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o100644 << 16
+    return info
 
 
 @dataclasses.dataclass
 class SubmissionStatus:
-    zip_path: pathlib.Path | None     # None when nothing was written
+    zip_path: pathlib.Path | str | None    # None when nothing was written; str for a URL
     rows: dict                        # {file name: prediction rows}, every file in the zip
     missing: list                     # file names the server expects that are not there
     unchecked: list                   # files whose test set was not found under the data dir
@@ -160,8 +164,8 @@ def make_submission(directory, glue_data_dir, allow_partial: bool = False,
     (ids, row count, labels; `unchecked` lists the others). Raises SubmissionError, writing
     nothing, when a file is invalid, or when one of the eleven is missing and not `allow_partial`.
     """
-    directory = pathlib.Path(directory)
-    if not directory.is_dir():
+    directory = fileio.norm(directory)
+    if not fileio.isdir(directory):
         raise DataError(f"{directory}: submission directory not found")
     files = _present_files(directory)
     if not files:
@@ -169,16 +173,17 @@ def make_submission(directory, glue_data_dir, allow_partial: bool = False,
                                           f"{', '.join(f'{s}.tsv' for s in SUBMISSION_FILES)})"])
     problems, rows, unchecked = [], {}, []
     for path in files:
-        task_name, split = SUBMISSION_FILES[path.stem]
+        name = fileio.basename(path)
+        task_name, split = SUBMISSION_FILES[_stem(path)]
         text = _read_text(path)
-        rows[path.name] = max(len(text.splitlines()) - 1, 0)
+        rows[name] = max(len(text.splitlines()) - 1, 0)
         try:
             task_file(glue_data_dir, task_name, split)
         except DataError:
-            unchecked.append(path.name)
+            unchecked.append(name)
             continue
         test_ids = [e.guid for e in read_examples(glue_data_dir, task_name, split)]
-        problems += _check_file(path.name, text, task_name, test_ids)
+        problems += _check_file(name, text, task_name, test_ids)
     missing = [f"{stem}.tsv" for stem in SUBMISSION_FILES if f"{stem}.tsv" not in rows]
     if problems:
         raise SubmissionError(directory, problems)
@@ -199,22 +204,24 @@ def majority_class_predictions(glue_data_dir, task_name: str):
     return [e.guid for e in test], [label] * len(test)
 
 
-def _read_text(path: pathlib.Path) -> str:
+def _read_text(path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return fileio.read_text(path)
     except UnicodeDecodeError:
         raise DataError(f"{path}: not UTF-8 text") from None
 
 
-def _submission_texts(source: pathlib.Path) -> dict[str, str]:
+def _submission_texts(source: str) -> dict[str, str]:
     """{file name: text} of a submission directory or zip."""
-    if source.is_dir():
+    if fileio.isdir(source):
         try:
-            return {p.name: p.read_text(encoding="utf-8") for p in sorted(source.glob("*.tsv"))}
+            return {fileio.basename(p): fileio.read_text(p)
+                    for p in fileio.list_files(source, "*.tsv")}
         except UnicodeDecodeError:
             raise DataError(f"{source}: a .tsv file is not UTF-8 text") from None
-    if zipfile.is_zipfile(source):
-        with zipfile.ZipFile(source) as zf:
+    data = fileio.read_bytes(source) if fileio.exists(source) else b""
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
             try:
                 return {info.filename: zf.read(info).decode("utf-8")
                         for info in zf.infolist() if not info.is_dir()}
@@ -267,7 +274,7 @@ def validate_submission(source, glue_data_dir, require_all: bool = True) -> dict
     numbers in [0, 5]). require_all: also demand all eleven files, as the server does.
     Raises SubmissionError listing all problems.
     """
-    source = pathlib.Path(source)
+    source = fileio.norm(source)
     texts = _submission_texts(source)
     known = {f"{stem}.tsv": stem for stem in SUBMISSION_FILES}
     problems, rows = [], {}
@@ -323,14 +330,16 @@ def write_dev_predictions(model_dir, task_key: str, indices, predictions, labels
     indices = [str(i) for i in indices]
     if not len(indices) == len(pred_strings) == len(label_strings):
         raise ValueError(f"{key}: {len(indices)} indices for {len(pred_strings)} predictions")
-    results = pathlib.Path(model_dir) / "results"
+    results = fileio.join(model_dir, "results")
     suffix = _trial_suffix(trial)
     lines = ["index\tprediction\tlabel"] + [
         f"{i}\t{p}\t{g}" for i, p, g in zip(indices, pred_strings, label_strings)]
-    _write_text(results / f"{key}_dev_predictions{suffix}.tsv", "\n".join(lines) + "\n")
+    _write_text(fileio.join(results, f"{key}_dev_predictions{suffix}.tsv"),
+                "\n".join(lines) + "\n")
     record = {"task": key, "split": "dev", "trial": trial, "num_examples": len(indices),
               "metrics": metrics}
-    _write_text(results / f"{key}_dev_metrics{suffix}.json", json.dumps(record, indent=2) + "\n")
+    _write_text(fileio.join(results, f"{key}_dev_metrics{suffix}.json"),
+                json.dumps(record, indent=2) + "\n")
     return metrics
 
 
@@ -355,12 +364,12 @@ def write_trials_summary(model_dir, task_key: str, metrics_per_trial=None) -> di
     """Summarize `<task>_dev_metrics*.json` (or the given metric dicts) into
     `<model_dir>/results/<task>_dev_summary.json`; returns the summary."""
     key = _result_key(task_key)
-    results = pathlib.Path(model_dir) / "results"
+    results = fileio.join(model_dir, "results")
     if metrics_per_trial is None:
-        files = sorted(results.glob(f"{key}_dev_metrics*.json"))
-        metrics_per_trial = [json.loads(p.read_text(encoding="utf-8"))["metrics"] for p in files]
+        files = fileio.list_files(results, f"{key}_dev_metrics*.json")
+        metrics_per_trial = [json.loads(fileio.read_text(p))["metrics"] for p in files]
     summary = summarize_trials(metrics_per_trial)
-    _write_text(results / f"{key}_dev_summary.json",
+    _write_text(fileio.join(results, f"{key}_dev_summary.json"),
                 json.dumps({"task": key, "summary": summary}, indent=2) + "\n")
     return summary
 

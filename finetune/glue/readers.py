@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import logging
-import pathlib
 
+from model import fileio
 from finetune.glue.tasks import DataError, GlueTask, get_task
 
 
@@ -83,40 +84,45 @@ def _file_kind(split: str) -> str:
     return split.split("_")[0]
 
 
-def task_file(data_dir, task_name: str, split: str) -> pathlib.Path:
-    """Path of one split's TSV, checking that the task directory and the file exist."""
+def task_file(data_dir, task_name: str, split: str):
+    """Path of one split's TSV, checking that the task directory and the file exist
+    (a pathlib.Path for a local data dir, the URL string for gs://, ram://, ...)."""
     task = get_task(task_name)
     if split not in task.splits:
         raise DataError(f"task {task.name!r} has no split {split!r}; "
                         f"available: {', '.join(task.splits)}")
-    data_dir = pathlib.Path(data_dir)
-    path = data_dir / task.splits[split]
-    if not path.parent.is_dir():
-        raise DataError(f"{path.parent}: GLUE task directory not found (expected the GLUE "
-                        f"download layout <data_dir>/{path.parent.name}/; "
+    path = fileio.join(data_dir, task.splits[split])
+    parent = fileio.dirname(path)
+    if not fileio.isdir(parent):
+        raise DataError(f"{parent}: GLUE task directory not found (expected the GLUE "
+                        f"download layout <data_dir>/{fileio.basename(parent)}/; "
                         f"see scripts/download_glue_data.py)")
-    if not path.is_file():
+    if not fileio.isfile(path):
         raise DataError(f"{path}: GLUE file not found")
-    return path
+    return fileio.as_path(path)
 
 
 def read_tsv(path) -> list[tuple[int, list[str]]]:
     """All rows of a GLUE TSV as (1-based line number, cells); blank lines are skipped."""
-    path = pathlib.Path(path)
+    path = fileio.norm(path)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quotechar=None, quoting=csv.QUOTE_NONE)
-            return [(reader.line_num, row) for row in reader if row]
+        raw = fileio.read_bytes(path)
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise DataError(f"{path}:{_first_bad_utf8_line(path)}: not valid UTF-8") from None
+        raise DataError(f"{path}:{_first_bad_utf8_line(raw)}: not valid UTF-8") from None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quotechar=None,
+                            quoting=csv.QUOTE_NONE)
+        return [(reader.line_num, row) for row in reader if row]
     except csv.Error as e:
         raise DataError(f"{path}: unreadable TSV ({e})") from None
 
 
-def _first_bad_utf8_line(path) -> int:
-    for line_no, line in enumerate(pathlib.Path(path).read_bytes().split(b"\n"), start=1):
+def _first_bad_utf8_line(raw: bytes) -> int:
+    for line_no, line in enumerate(raw.split(b"\n"), start=1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError:

@@ -27,11 +27,11 @@ official evaluation then predicts "" where odds > threshold (`--na_prob_file nul
 import collections
 import json
 import os
-import tempfile
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from model import fileio
 from finetune.qa.squad_data import SquadExample, SquadFeatures
 
 DEFAULT_N_BEST_SIZE = 20
@@ -183,19 +183,10 @@ def apply_null_threshold(predictions: Mapping[str, str], null_odds: Mapping[str,
 
 
 def write_json_atomic(obj, path: str) -> None:
-    """Writes JSON to `path` via a temporary file in the same directory + os.replace."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_" + os.path.basename(path), dir=directory)
-    try:
-        text = json.dumps(obj, ensure_ascii=False)  # no indent: keeps the fast C encoder
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Writes JSON to `path` (local, gs://, ram://, ...) via a temporary file in the same
+    directory + rename (model/fileio.py)."""
+    text = json.dumps(obj, ensure_ascii=False)  # no indent: keeps the fast C encoder
+    fileio.write_atomic(path, text.encode("utf-8"))
 
 
 def write_predictions(examples: Sequence[SquadExample], features: SquadFeatures,

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from model import fileio
 from finetune.qa.squad_eval import SquadFormatError, validate_dataset
 
 logger = logging.getLogger(__name__)
@@ -62,9 +63,8 @@ def _load(input_file):
     if isinstance(input_file, dict):
         return input_file, "<json>"
     path = os.fspath(input_file)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f), path
+    try:   # tf.io.gfile: local, gs://, ram://, ...
+        return json.loads(fileio.read_text(path)), path
     except FileNotFoundError:
         raise SquadFormatError(f"{path}: SQuAD data file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -39,6 +39,7 @@ import string
 import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
+
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 
@@ -101,10 +102,37 @@ def compute_f1(a_gold: str, a_pred: str) -> float:
 # ------------------------------------------------------------------------------------------------
 # Loading and validation
 # ------------------------------------------------------------------------------------------------
+def _read_text(path) -> str:
+    """A URL (gs://, ram://, ...) through tf.io.gfile; a local file with open(). This module is
+    also the stand-alone official evaluator: on local files it must not load TensorFlow (seconds
+    of start-up, and C++ log lines on stderr that would break its one-line errors)."""
+    if "://" in str(path):
+        from model import fileio   # loads the model package (and TensorFlow): URLs only
+        return fileio.read_text(path)
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _write_text(path, text: str) -> None:
+    """Atomic write (temporary name beside `path`, then rename); URLs through tf.io.gfile."""
+    if "://" in str(path):
+        from model import fileio
+        fileio.write_atomic(path, text)
+        return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def _load_json(path: str, what: str):
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(_read_text(path))
     except FileNotFoundError:
         raise SquadFormatError(f"{path}: {what} file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -348,10 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     text = json.dumps(result, indent=2) if args.version.lstrip("v") == "2.0" else json.dumps(result)
     print(text)
     if args.out_file:
-        tmp = args.out_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(result, f)
-        os.replace(tmp, args.out_file)
+        _write_text(args.out_file, json.dumps(result))
     return 0
 
 

@@ -258,9 +258,11 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     before = path.read_text()
     assert before == "index\tprediction\n0\t1\n1\t0\n"
 
-    def crash(src, dst):   # e.g. the job is killed between writing and renaming
+    import tensorflow as tf
+
+    def crash(src, dst, overwrite=False):   # e.g. the job is killed between writing and renaming
         raise OSError("simulated crash")
-    monkeypatch.setattr(leaderboard.os, "replace", crash)
+    monkeypatch.setattr(tf.io.gfile, "rename", crash)   # every write goes through tf.io.gfile
     with pytest.raises(OSError, match="simulated crash"):
         leaderboard.write_submission_file(path, "cola", ["0", "1"], [0, 0])
     assert path.read_text() == before

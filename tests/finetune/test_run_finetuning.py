@@ -311,13 +311,17 @@ def _assert_one_line_error(proc, *needles):
         assert str(needle) in last, (needle, last)
 
 
-def test_error_bucket_model_dir_not_written_locally(tmp_path, glue_dir, vocab):
+def test_error_missing_bucket_init_checkpoint_not_written_locally(tmp_path, glue_dir, vocab):
+    """Every path may be a bucket (model/fileio.py; see test_ram_filesystem.py). A missing one is
+    one line and nothing is written, locally or elsewhere (ram:// is in-process: no network)."""
     proc = run_cli(["--data_dir", glue_dir, "--vocab_file", vocab, "--task_names", "rte",
-                    "--model_dir", "gs://bucket/run"], check=False)
+                    "--model_dir", tmp_path / "out", "--init_checkpoint", "ram://nope/ckpt"],
+                   check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith(
-        "ERROR: --model_dir gs://bucket/run: bucket paths")
-    assert not (REPO_ROOT / "gs:").exists()
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ERROR: ram://nope/ckpt: --init_checkpoint not found")
+    assert "Traceback" not in proc.stderr
+    assert not (REPO_ROOT / "ram:").exists() and not (tmp_path / "out").exists()
 
 
 def test_error_missing_task_directory(tmp_path, vocab):

@@ -79,7 +79,7 @@ def test_gold_logits_give_gold_text_v1(tmp_path, layout):
                                                 if q["answers"]]}]}]}
     assert squad_eval.evaluate_v1(sub["data"], preds) == {"exact_match": 100.0, "f1": 100.0}
     assert not os.path.exists(os.path.join(tmp_path, "null_odds.json"))
-    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+    assert sorted(os.listdir(tmp_path)) == ["nbest_predictions.json", "predictions.json"]
 
 
 def test_v2_answerable_classifier_null_odds_and_leaderboard(tmp_path):

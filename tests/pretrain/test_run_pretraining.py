@@ -229,15 +229,8 @@ def test_run_pretraining_bad_input_is_one_line_error(case, tiny_data, tmp_path, 
     assert not model_dir.exists()  # nothing written
 
 
-def test_run_pretraining_bucket_model_dir_is_refused_not_written_locally(tiny_data, tmp_path,
-                                                                        capsys, monkeypatch):
-    """Until every write goes through tf.io.gfile (issue 21), a bucket model_dir is one line,
-    never a local folder named `ram:` (what os.path.abspath used to make of it)."""
-    monkeypatch.chdir(tmp_path)
-    code, err = _main_in_process(driver_cmd(tiny_data, "ram://run", tiny_hparams())[1:], capsys)
-    assert code == 1
-    assert len(err) == 1 and "--model_dir ram://run: bucket paths" in err[0], err
-    assert list(tmp_path.iterdir()) == []
+# Bucket paths (--model_dir=ram://..., shards and vocab in ram://) train, resume and export
+# without a local file: tests/pretrain/test_ram_filesystem.py.
 
 
 def test_run_pretraining_bad_input_from_the_command_line(tiny_data, tmp_path):

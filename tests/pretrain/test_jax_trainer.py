@@ -1,0 +1,115 @@
+"""Pre-training on Keras-on-JAX (pretrain/jax_trainer.py) through run_pretraining.py with
+KERAS_BACKEND=jax, in subprocesses where importing TensorFlow fails: it trains, exports, resumes
+exactly, and 2 virtual CPU devices (DataParallel) give the one-device losses within 1e-5."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
+    REPO, driver_cmd, driver_env, read_summary, tiny_data, tiny_hparams)
+
+pytest.importorskip("jax")
+
+# Runs the driver with `import tensorflow` made impossible: the JAX path must not need it.
+NO_TF = """
+import runpy, sys
+class BlockTF:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" or name.startswith(("tensorflow.", "tensorflow_text")):
+            raise ImportError("TensorFlow is blocked in this test")
+sys.meta_path.insert(0, BlockTF())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_jax(data, model_dir, *flags, devices=1):
+    cmd = driver_cmd(data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
+                     *flags)
+    if devices > 1:
+        cmd.append(f"--num_cpu_devices={devices}")
+    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def losses(model_dir):
+    return [h["loss"] for h in read_summary(model_dir)["history"]]
+
+
+@pytest.fixture(scope="module")
+def one_device(tiny_data, tmp_path_factory):  # noqa: F811
+    model_dir = tmp_path_factory.mktemp("jax_one") / "model"
+    proc = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=2")
+    return model_dir, proc
+
+
+def test_trains_exports_and_summarizes(one_device):
+    model_dir, proc = one_device
+    summary = read_summary(model_dir)
+    assert summary["backend"] == "jax" and summary["global_step"] == 4
+    assert [h["step"] for h in summary["history"]] == [1, 2, 3, 4]
+    assert all(np.isfinite(h["loss"]) and 0.0 <= h["disc_auc"] <= 1.0 or np.isnan(h["disc_auc"])
+               for h in summary["history"])
+    assert "step 4/4 (100.0%) | loss" in proc.stdout and "JAX: 1 cpu device(s)" in proc.stdout
+    assert sorted(p.name for p in (model_dir / "jax_checkpoints").iterdir()) == [
+        "ckpt-2.safetensors", "ckpt-4.safetensors"]
+    hp = json.loads((model_dir / "hparams.json").read_text())
+    assert hp["num_train_steps"] == 4
+    # The export loads in the TensorFlow toolkit (this process) like any other.
+    from model import ConvBertModel
+    model = ConvBertModel.from_pretrained(str(model_dir / "discriminator"))
+    assert model.config.hidden_size == hp["model_hparam_overrides"]["hidden_size"]
+
+
+def test_resume_after_kill_is_exact(one_device, tiny_data, tmp_path):  # noqa: F811
+    """Killed (SIGKILL) after step 3, rerun: resumes from ckpt-2 and ends where the run never
+    killed ended (same schedule, data stream, masking / dropout RNG state)."""
+    import signal
+    model_dir = tmp_path / "model"
+    cmd = driver_cmd(tiny_data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
+                     "--num_train_steps=4", "--save_checkpoints_steps=2")
+    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.Popen([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step 3/4"):
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    finally:
+        proc.wait(timeout=300)
+    assert not (model_dir / "pretraining_summary.json").exists()
+    rerun = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=2")
+    assert "ckpt-2.safetensors at step 2" in rerun.stdout
+    whole = losses(one_device[0])
+    np.testing.assert_allclose(losses(model_dir), whole[2:], rtol=1e-6)
+    from safetensors.numpy import load_file
+    a = load_file(str(model_dir / "discriminator" / "model.safetensors"))
+    b = load_file(str(one_device[0] / "discriminator" / "model.safetensors"))
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_two_devices_match_one(one_device, tiny_data, tmp_path):  # noqa: F811
+    model_dir = tmp_path / "model"
+    proc = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=4",
+                   devices=2)
+    assert "JAX: 2 cpu device(s) (DataParallel)" in proc.stdout
+    np.testing.assert_allclose(losses(model_dir), losses(one_device[0]), rtol=1e-5)
+
+
+def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
+    cmd = driver_cmd(tiny_data, tmp_path / "m", None, "--tpu=local")
+    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --tpu is for TensorFlow")
+    assert not (tmp_path / "m").exists()
