@@ -20,8 +20,8 @@ TensorFlow's training core (training/core.py) cannot provide here:
 * outputs: the progress line (training/progress.py), `pretraining_summary.json`, and the
   `discriminator/` + `generator/` exports that fine-tuning and `from_pretrained` read.
 
-Not here yet (TensorFlow path only): TensorBoard scalars, --precision other than fp32,
-multi-host. Embedding gradients are dense on JAX, so the clip norm counts a token seen twice once
+Precision: fp32 or bf16 (mixed_bfloat16: bf16 compute, fp32 weights). Not here yet (TensorFlow
+path only): TensorBoard scalars, mixed_float16 (loss scaling), multi-host. Embedding gradients are dense on JAX, so the clip norm counts a token seen twice once
 (the TF path keeps IndexedSlices and counts it twice, as the official code): a rounding-level
 difference at clip time.
 """
@@ -211,8 +211,12 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     import keras
     if keras.backend.backend() != "jax":
         raise JaxTrainingError("pretrain_jax needs KERAS_BACKEND=jax")
-    if hp.precision != "fp32":
-        raise JaxTrainingError(f"precision {hp.precision} is TensorFlow-only so far; use fp32")
+    if hp.precision == "mixed_float16":
+        raise JaxTrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only so "
+                               "far; use bf16 or fp32 on JAX")
+    # bf16: bfloat16 compute, float32 weights and optimizer state (no loss scaling needed).
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if hp.precision == "bf16" else "float32")
     started = time.time()
     replicas = _distribution(num_devices, log)
     if hp.train_batch_size % replicas:

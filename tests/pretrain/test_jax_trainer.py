@@ -105,6 +105,17 @@ def test_two_devices_match_one(one_device, tiny_data, tmp_path):  # noqa: F811
     np.testing.assert_allclose(losses(model_dir), losses(one_device[0]), rtol=1e-5)
 
 
+def test_bf16(tiny_data, tmp_path):  # noqa: F811
+    model_dir = tmp_path / "model"
+    run_jax(tiny_data, model_dir, "--num_train_steps=2", "--save_checkpoints_steps=2",
+            "--precision=bf16")
+    summary = read_summary(model_dir)
+    assert summary["precision"] == "bf16" and all(np.isfinite(losses(model_dir)))
+    from safetensors.numpy import load_file
+    weights = load_file(str(model_dir / "discriminator" / "model.safetensors"))
+    assert {str(v.dtype) for v in weights.values()} == {"float32"}   # fp32 master weights
+
+
 def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
     cmd = driver_cmd(tiny_data, tmp_path / "m", None, "--tpu=local")
     env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
