@@ -78,6 +78,8 @@ _flags.DEFINE_float("learning_rate", None, "Peak learning rate (default 3e-4 sma
                    "1e-4 base).")
 _flags.DEFINE_string("precision", None, "fp32 (default) | bf16 | mixed_float16 (dynamic loss "
                     "scaling), as in pre-training.")
+_flags.DEFINE_integer("steps_per_loop", None, "Training steps inside one compiled call (default "
+                     "1; on a TPU e.g. 100), as in pre-training.")
 _flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
 _flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
 _flags.DEFINE_bool("glue_submission", False, "Only gather every task's latest test predictions "
@@ -97,7 +99,8 @@ _flags.DEFINE_bool("print_glue_table", False, "Only print the GLUE dev table (me
 
 def collect_flag_overrides():
     names = ("model_size", "num_trials", "seed", "max_seq_length", "train_batch_size",
-             "num_train_epochs", "max_train_steps", "learning_rate", "precision")
+             "num_train_epochs", "max_train_steps", "learning_rate", "precision",
+             "steps_per_loop")
     return {n: getattr(FLAGS, n) for n in names if getattr(FLAGS, n) is not None}
 
 

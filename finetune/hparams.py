@@ -74,6 +74,7 @@ class FinetuneHParams:
     num_trials: int = 1
     seed: int = 0
     log_every_steps: int = 100
+    steps_per_loop: int = 1                 # steps per compiled call (TPU: e.g. 100)
     write_test_outputs: bool = True
     save_finetuned_model: bool = False
 
@@ -100,7 +101,7 @@ class FinetuneHParams:
             raise HParamsError(f"{where}: model_hparam_overrides must be a JSON object")
         positive = ("train_batch_size", "eval_batch_size", "predict_batch_size", "num_trials",
                     "max_query_length", "doc_stride", "n_best_size", "max_answer_length",
-                    "beam_size", "qa_hidden_size", "log_every_steps")
+                    "beam_size", "qa_hidden_size", "log_every_steps", "steps_per_loop")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise HParamsError(f"{where}: {name} must be > 0, got {getattr(self, name)}")

@@ -205,7 +205,8 @@ class Trainer:
             weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm,
             layerwise_lr_decay=hp.layerwise_lr_decay, num_layers=num_layers,
             precision=hp.precision,
-            jit_compile=False, log_every=max(1, int(hp.log_every_steps)))
+            jit_compile=False, log_every=max(1, int(hp.log_every_steps)),
+            steps_per_loop=max(1, int(hp.steps_per_loop)))
 
     def train(self, features: Dict[str, np.ndarray], total_steps: int, seed: int = 0,
               num_layers: Optional[int] = None) -> dict:

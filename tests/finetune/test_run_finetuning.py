@@ -540,3 +540,18 @@ def test_mirrored_strategy_matches_one_device(tmp_path, glue_dir, vocab):
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith(
         "ERROR: cannot reach TPU grpc://127.0.0.1:1: ")
+
+
+def test_steps_per_loop_trains_the_same(tmp_path, glue_dir, vocab):
+    """--steps_per_loop 3: the 3 steps run in one compiled call, with the same losses (to float
+    rounding) and dev predictions as one call per step."""
+    runs = {}
+    hparams = dict(TINY_HPARAMS, log_every_steps=3)
+    for k in (1, 3):
+        model_dir = tmp_path / f"k{k}"
+        proc = run_cli(base_args(model_dir, glue_dir, vocab, hparams=hparams, task_names="sst")
+                       + ["--steps_per_loop", k, "--seed", 4])
+        line = [s for s in proc.stdout.splitlines() if "sst: step 3/3" in s][0]
+        runs[k] = (float(line.split(" loss ")[1].split()[0]),
+                   read_dev_tsv(model_dir / "results" / "sst_dev_predictions.tsv"))
+    assert abs(runs[1][0] - runs[3][0]) <= 1e-4 and runs[1][1] == runs[3][1]
