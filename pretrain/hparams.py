@@ -220,3 +220,17 @@ def model_config(hp, vocab_size):
         return ConvBertConfig.from_size(hp.model_size, **fields)
     except (ConfigError, TypeError) as e:
         raise HParamsError(f"model configuration: {e}") from None
+
+
+def train_settings(hp):
+    """The training core's settings (training/settings.py) of a pre-training run: the one place
+    pre-training hyper-parameters become core settings, for the TensorFlow and the JAX core."""
+    from training.settings import TrainSettings
+    return TrainSettings(
+        total_steps=hp.num_train_steps, batch_size=hp.train_batch_size,
+        learning_rate=hp.learning_rate, warmup_steps=hp.num_warmup_steps,
+        lr_decay_power=hp.lr_decay_power, weight_decay_rate=hp.weight_decay_rate,
+        clip_norm=hp.clip_norm, precision=hp.precision, jit_compile=hp.jit_compile,
+        log_every=hp.log_every_n_steps, steps_per_loop=hp.steps_per_loop,
+        save_every=hp.save_checkpoints_steps,
+        keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save)

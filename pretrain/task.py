@@ -24,25 +24,17 @@ import tensorflow as tf
 
 from model import fileio
 from pretrain.hparams import HParamsError, model_config
-from training import Task, TrainingCore, TrainingError, TrainSettings
+from pretrain import window
+from pretrain.window import AUC_BINS
+from pretrain.hparams import train_settings
+from training import Task, TrainingCore, TrainingError
 
-AUC_BINS = 200
 SUMMARY_FILE = "pretraining_summary.json"
 HPARAMS_FILE = "hparams.json"
 # Checkpoints live one level down, so that model_dir itself holds no TF `checkpoint` file and
 # `ConvBertModel.from_pretrained(model_dir)` finds the exported `discriminator/`.
 CHECKPOINT_DIR = "checkpoints"
 POSITION_TABLE = "electra/embeddings/position_embeddings"
-
-
-def auc_from_histograms(pos, neg):
-    """ROC AUC from per-bin counts of positive / negative scores (ties within a bin count 1/2)."""
-    pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
-    n_pos, n_neg = pos.sum(), neg.sum()
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    neg_below = np.cumsum(neg) - neg
-    return float(np.sum(pos * (neg_below + 0.5 * neg)) / (n_pos * n_neg))
 
 
 class PretrainingTask(Task):
@@ -167,20 +159,10 @@ class PretrainingTask(Task):
 
     # ------------------------------------------------------------------ a log window
     def summarize(self, sums, num_steps):
-        hp = self.hp
-        gen = float(sums["gen_loss"]) / max(float(sums["gen_weight"]), 1e-6)
-        gen_acc = float(sums["gen_accuracy"]) / max(float(sums["gen_weight"]), 1e-6)
-        disc = float(sums["disc_loss"]) / max(float(sums["disc_weight"]), 1e-6)
-        disc_acc = float(sums["disc_accuracy"]) / max(float(sums["disc_weight"]), 1e-6)
-        total = hp.gen_weight * gen + hp.disc_weight * disc if hp.electra_objective else gen
-        return {"loss": total, "gen_loss": gen, "gen_accuracy": gen_acc, "disc_loss": disc,
-                "disc_accuracy": disc_acc,
-                "disc_auc": auc_from_histograms(sums["auc_pos"], sums["auc_neg"])}
+        return window.summarize(self.hp, sums)
 
     def describe(self, record):
-        return (f"| loss {record['loss']:.4f} | gen loss {record['gen_loss']:.4f} acc "
-                f"{record['gen_accuracy']:.3f} | disc loss {record['disc_loss']:.4f} acc "
-                f"{record['disc_accuracy']:.3f} auc {record['disc_auc']:.3f}")
+        return window.describe(record)
 
     # ------------------------------------------------------------------ exports
     def export(self, model_dir):
@@ -193,17 +175,6 @@ class PretrainingTask(Task):
             # Not training.state.atomic_replace_dir: on ram:// tf.io.gfile.rename moves only a
             # directory's own entry, not its files; fileio moves them one by one.
             fileio.replace_dir(tmp, final)
-
-
-def train_settings(hp):
-    return TrainSettings(
-        total_steps=hp.num_train_steps, batch_size=hp.train_batch_size,
-        learning_rate=hp.learning_rate, warmup_steps=hp.num_warmup_steps,
-        lr_decay_power=hp.lr_decay_power, weight_decay_rate=hp.weight_decay_rate,
-        clip_norm=hp.clip_norm, precision=hp.precision, jit_compile=hp.jit_compile,
-        log_every=hp.log_every_n_steps, steps_per_loop=hp.steps_per_loop,
-        save_every=hp.save_checkpoints_steps,
-        keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save)
 
 
 def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None):

@@ -37,9 +37,12 @@ def define_distribution_flags(define_string, define_integer):
 def __getattr__(name):
     # Lazy: `training.progress` (pure Python) is used by data builders and benchmarks that must not
     # pay for importing TensorFlow.
-    if name in ("TrainingCore", "TrainSettings"):
-        from training import core
-        return getattr(core, name)
+    if name == "TrainingCore":
+        from training.core import TrainingCore
+        return TrainingCore
+    if name == "TrainSettings":
+        from training.settings import TrainSettings
+        return TrainSettings
     if name == "TrainingError":
         from training.state import TrainingError
         return TrainingError
