@@ -258,11 +258,13 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     before = path.read_text()
     assert before == "index\tprediction\n0\t1\n1\t0\n"
 
-    import tensorflow as tf
+    import os
 
-    def crash(src, dst, overwrite=False):   # e.g. the job is killed between writing and renaming
+    def crash(src, dst):   # e.g. the job is killed between writing and renaming
         raise OSError("simulated crash")
-    monkeypatch.setattr(tf.io.gfile, "rename", crash)   # every write goes through tf.io.gfile
+    # Every write goes through model/fileio.py: a local path is renamed with os.replace (a
+    # bucket path with tf.io.gfile.rename).
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="simulated crash"):
         leaderboard.write_submission_file(path, "cola", ["0", "1"], [0, 0])
     assert path.read_text() == before
