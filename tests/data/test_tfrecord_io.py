@@ -27,12 +27,11 @@ def test_reader_equals_tf_parse(tiny_data):  # noqa: F811
 
 def test_batches_are_deterministic_and_resume(tiny_data):  # noqa: F811
     files = find_files(tiny_data[0])
-    first = [next(b) for b in [pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16)]
-             for _ in range(1)]
+    first = next(pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16))
     stream = pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16)
     batches = [next(stream) for _ in range(6)]
     assert batches[0]["input_ids"].shape == (4, SEQ) and batches[0]["input_ids"].dtype == np.int32
-    np.testing.assert_array_equal(batches[0]["input_ids"], first[0]["input_ids"])
+    np.testing.assert_array_equal(batches[0]["input_ids"], first["input_ids"])
     assert [list(b["example_id"]) for b in batches[:2]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     resumed = pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16, skip_batches=4)
     for expected in batches[4:]:
