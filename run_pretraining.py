@@ -77,39 +77,11 @@ def log(message):
     print(message, flush=True)
 
 
-def _read_sp_model(path):
-    """-> (number of pieces, {cls_id, sep_id, mask_id}) of a SentencePiece model."""
-    from data.tokenization import SentencePieceTokenizer
-    tokenizer = SentencePieceTokenizer(path)
-    return tokenizer.vocab_size, {"cls_id": tokenizer.cls_id, "sep_id": tokenizer.sep_id,
-                                  "mask_id": tokenizer.mask_id}
-
-
-def _read_vocab(path):
-    """-> (number of tokens, {cls_id, sep_id, mask_id}) of a WordPiece vocab file."""
-    import tensorflow as tf
-    if not tf.io.gfile.exists(path):
-        raise UsageError(f"--vocab_file {path} does not exist")
-    with tf.io.gfile.GFile(path) as f:
-        tokens = [line.strip() for line in f if line.strip()]
-    index = {t: i for i, t in enumerate(tokens)}
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in index]
-    if missing:
-        raise UsageError(f"{path} lacks the special token(s) {', '.join(missing)}")
-    return len(tokens), {"cls_id": index["[CLS]"], "sep_id": index["[SEP]"],
-                         "mask_id": index["[MASK]"]}
-
-
-def _check_token_ids(files, vocab_size, max_records=256):
+def _check_token_ids(files, vocab_size):
     """The largest token id in the first records must fit the model's vocabulary."""
-    import tensorflow as tf
     from data.errors import DataError
-    largest = -1
-    for record in tf.data.TFRecordDataset(files[0]).take(max_records):
-        example = tf.train.Example.FromString(record.numpy())
-        ids = example.features.feature["input_ids"].int64_list.value
-        if ids:
-            largest = max(largest, max(ids))
+    from data.tfrecord_io import largest_token_id
+    largest = largest_token_id(files[0])
     if largest >= vocab_size:
         raise DataError(f"{files[0]} holds token id {largest} but the model's vocab_size is "
                         f"{vocab_size}: the TFRecords were built with another vocabulary "
@@ -136,13 +108,15 @@ def _default_data(max_seq_length):
     return pattern, default_corpus.default_vocab_file()
 
 
-def resolve(flag_values):
-    """Flags -> (hparams, model_dir, shard files, special token ids). Raises one-line errors."""
-    # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): checked with gfile,
+def resolve(flag_values, backend="tensorflow"):
+    """Flags -> (hparams, model_dir, shard files, special token ids), on either backend (nothing
+    here imports TensorFlow but the demo data's builder). Raises one-line errors."""
+    # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): model/fileio.py;
     # joined with os.path (posix on the machines TensorFlow's bucket filesystems run on).
-    import tensorflow as tf
     from data.errors import DataError
-    from data.pretraining_input import check_shard, find_shards
+    from data.tfrecord_io import check_shard, find_shards
+    from data.vocab import special_token_ids
+    from model import fileio
     from pretrain.hparams import make_hparams, parse_overrides
 
     overrides = parse_overrides(flag_values.hparams)
@@ -165,19 +139,22 @@ def resolve(flag_values):
     if demo and sp_model:
         raise UsageError("--sp_model needs the shards built with it (--data_dir or "
                          "--pretrain_tfrecords); the demo data is WordPiece")
+    if demo and backend != "tensorflow":
+        raise UsageError("on JAX give --pretrain_tfrecords or --data_dir (the demo corpus is "
+                         "built with TensorFlow)")
     if demo:
         pattern, default_vocab = _default_data(hp.max_seq_length)
         vocab_file = vocab_file or default_vocab
     elif flag_values.pretrain_tfrecords:
         pattern = flag_values.pretrain_tfrecords
     else:
-        if not tf.io.gfile.isdir(flag_values.data_dir):
+        if not fileio.isdir(flag_values.data_dir):
             raise UsageError(f"--data_dir {flag_values.data_dir} is not a directory")
         pattern = os.path.join(flag_values.data_dir, "pretrain_tfrecords",
                                "pretrain_data.tfrecord*")
     if vocab_file is None and sp_model is None and flag_values.data_dir:
         candidate = os.path.join(flag_values.data_dir, "vocab.txt")
-        vocab_file = candidate if tf.io.gfile.exists(candidate) else None
+        vocab_file = candidate if fileio.exists(candidate) else None
 
     files = find_shards(pattern)
     for path in files:
@@ -185,8 +162,7 @@ def resolve(flag_values):
 
     special_ids = {}
     if vocab_file is not None or sp_model is not None:
-        file_size, special_ids = (_read_sp_model(sp_model) if sp_model
-                                  else _read_vocab(vocab_file))
+        file_size, special_ids = special_token_ids(vocab_file, sp_model)
         if hp.vocab_size is not None and hp.vocab_size != file_size:
             raise DataError(f"{sp_model or vocab_file} has {file_size} tokens but the model "
                             f"config has vocab_size {hp.vocab_size}")
@@ -253,15 +229,22 @@ def _main_jax():
                                    f"_device_count={FLAGS.num_cpu_devices}").strip()
     from data.errors import DataError
     from model.config import ConfigError
-    from pretrain.hparams import HParamsError
     from model.fileio import FileIOError
-    from pretrain.jax_trainer import JaxTrainingError, run_from_flags
+    from pretrain.hparams import HParamsError
+    from pretrain.jax_trainer import pretrain_jax
+    from training.loop import TrainingError
     try:
-        return run_from_flags(FLAGS, _FLAG_KEYS, log=log)
-    except (HParamsError, DataError, ConfigError, JaxTrainingError, UsageError, FileIOError,
+        for flag in ("distribution", "tpu", "tpu_zone", "gcp_project"):
+            if getattr(FLAGS, flag):
+                raise UsageError(f"--{flag} is for TensorFlow; on JAX every local device is "
+                                 "used (--num_cpu_devices=N splits the CPU)")
+        hp, model_dir, files, special_ids = resolve(FLAGS, backend="jax")
+        summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log)
+    except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,
             FileNotFoundError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
+    return summary
 
 
 def _report(summary):

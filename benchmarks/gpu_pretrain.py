@@ -4,7 +4,8 @@
     KERAS_BACKEND=jax python benchmarks/gpu_pretrain.py --tiny --steps 3     # CPU smoke test
 
 One jitted step = masking + generator forward + Gumbel sampling + discriminator forward + total
-loss + backward + AdamW (`pretrain.electra_pretrainer.ElectraPretrainer`, Keras stateless API),
+loss + window metrics + backward + AdamW: the JAX training core's step (`JaxTrainingCore.
+make_step` over `ElectraPretrainer` and `pretrain.jax_trainer.loss_and_metrics`),
 bf16 compute (`mixed_bfloat16`: fp32 weights / optimizer, bf16 matmuls). Reported: sequences/s
 (median over timed steps after 3 warm-up steps) and model-FLOPs utilisation:
 
@@ -41,38 +42,39 @@ def run(name, disc_cfg, args):
     import keras
     import numpy as np
 
+    from model import optimization
     from pretrain.electra_pretrainer import ElectraPretrainer
     from pretrain.generator_config import generator_config
+    from pretrain.jax_trainer import loss_and_metrics
+    from training.jax_core import JaxTrainingCore
+    from training.settings import TrainSettings
     gen_cfg = generator_config(disc_cfg, args.gen)
     keras.utils.set_random_seed(0)
     model = ElectraPretrainer(disc_cfg, gen_cfg, conv_implementation=args.impl)
-    opt = keras.optimizers.AdamW(learning_rate=2e-4, weight_decay=0.01)
-    opt.build(model.trainable_variables)
-    tv = [v.value for v in model.trainable_variables]
-    ntv = [v.value for v in model.non_trainable_variables]
-    ov = [v.value for v in opt.variables]
     b, s = args.batch, args.seq
     rng = np.random.default_rng(0)
     batch = {"input_ids": jax.numpy.asarray(rng.integers(min(1000, disc_cfg.vocab_size // 2), disc_cfg.vocab_size, (b, s)), "int32"),
              "input_mask": jax.numpy.ones((b, s), "int32"),
              "segment_ids": jax.numpy.zeros((b, s), "int32"),
              "example_id": jax.numpy.arange(b, dtype="int32")}
-
-    def loss_fn(tv, ntv, batch, step):
-        out, ntv = model.stateless_call(tv, ntv, batch, step=step, training=True)
-        return out["total_loss"], ntv
-
-    @jax.jit
-    def train_step(tv, ntv, ov, batch, step):
-        (loss, ntv), grads = jax.value_and_grad(loss_fn, has_aux=True)(tv, ntv, batch, step)
-        tv, ov = opt.stateless_apply(ov, grads, tv)
-        return tv, ntv, ov, loss
+    model(batch, step=0, training=False)   # build the variables
+    # The toolkit's own step (training/jax_core.py): what `KERAS_BACKEND=jax run_pretraining.py`
+    # runs, metrics included, with ELECTRA's optimizer and schedule.
+    schedule = optimization.linear_warmup_linear_decay(2e-4, 10000, 1000000)
+    opt = optimization.AdamWeightDecay(schedule, weight_decay_rate=0.01, clip_norm=1.0,
+                                       name_map={v.path: v for v in model.trainable_variables})
+    opt.build(model.trainable_variables)
+    core = JaxTrainingCore(TrainSettings(total_steps=args.warmup + args.steps, batch_size=b,
+                                         learning_rate=2e-4))
+    train_step = core.make_step(model, opt, loss_and_metrics)
+    state = ([v.value for v in model.trainable_variables],
+             [v.value for v in model.non_trainable_variables], [v.value for v in opt.variables])
 
     times = []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
-        tv, ntv, ov, loss = train_step(tv, ntv, ov, batch, jax.numpy.asarray(i, "int32"))
-        loss.block_until_ready()
+        state, metrics = train_step(state, batch, np.int64(i))
+        loss = metrics["loss"].block_until_ready()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
     step_s = statistics.median(times)

@@ -332,7 +332,7 @@ def _write_line(f, record):
 def run_reference(args, log=_print):
     import torch
     from pretrain import heldout_eval
-    from data.pretraining_input import find_shards
+    from data.tfrecord_io import find_shards
     hp, values = heldout_eval.load_hparams(args.model_dir)
     if not hp.electra_objective:
         raise UsageError(f"{args.model_dir} is a plain MLM run (electra_objective false)")

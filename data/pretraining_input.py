@@ -1,45 +1,19 @@
 """tf.data input pipeline over the pre-training shards.
 
-Files are found and read through tf.io.gfile / TFRecordDataset, so gs:// paths work. With a
+Files are found (data/tfrecord_io.py: `find_shards`, `check_shard`) and read (TFRecordDataset)
+through tf.io.gfile, so gs:// paths work. With a
 seed the order of batches is deterministic (file shuffle, deterministic interleave, seeded
 shuffle buffer), and `skip_batches` drops the first N batches, so a resumed run sees exactly
 the batches it would have seen.
 """
 import tensorflow as tf
 
-from data.errors import DataError
 from data.shard_writer import FEATURE_NAMES
+# Finding and checking shards needs no TensorFlow: one home for both backends.
+from data.tfrecord_io import check_shard, find_shards
 
 DEFAULT_SHUFFLE_BUFFER = 10000
 DEFAULT_CYCLE_LENGTH = 4
-
-
-def find_shards(file_patterns):
-    """Sorted files matching a pattern, a comma-separated string of them, or a list."""
-    if isinstance(file_patterns, str):
-        file_patterns = [p for p in file_patterns.split(",") if p]
-    files = set()
-    for pattern in file_patterns:
-        files.update(tf.io.gfile.glob(str(pattern)))
-    files = sorted(f for f in files if not f.endswith(".incomplete") and not f.endswith(".json"))
-    if not files:
-        raise DataError(f"no pre-training shards match {', '.join(map(str, file_patterns))}")
-    return files
-
-
-def check_shard(path, max_seq_length):
-    """Checks the first record of a shard: the three features, int64, max_seq_length long."""
-    for record in tf.data.TFRecordDataset(path).take(1):
-        example = tf.train.Example.FromString(record.numpy())
-        features = example.features.feature
-        names = sorted(features.keys())
-        if names != sorted(FEATURE_NAMES):
-            raise DataError(f"shard {path}: features {names}, expected {sorted(FEATURE_NAMES)}")
-        for name in FEATURE_NAMES:
-            values = features[name].int64_list.value
-            if len(values) != max_seq_length:
-                raise DataError(f"shard {path}: feature {name} has length {len(values)}, "
-                                f"expected max_seq_length={max_seq_length}")
 
 
 def _parse_batch(serialized, max_seq_length):

@@ -12,7 +12,7 @@ It is checked against `tf.data` + `tf.io.parse_example` on the same shards in
 tests/data/test_tfrecord_io.py. CRCs are not verified (a truncated or garbled record still fails
 loudly: its length or its protobuf does not parse).
 """
-import io
+import itertools
 import struct
 
 import numpy as np
@@ -23,21 +23,24 @@ from model import fileio
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
-def find_files(patterns):
-    """Sorted files matching a comma-separated list of glob patterns (local, or gs:// etc. where
-    TensorFlow is installed: model/fileio.py); DataError if none."""
-    files = []
-    for pattern in [p for p in str(patterns).split(",") if p]:
-        files += fileio.glob(pattern)
-    files = [f for f in files if not f.endswith(".incomplete")]
+def find_shards(file_patterns):
+    """Sorted shard files matching a glob pattern, a comma-separated string of them or a list
+    (local, or gs:// etc. where TensorFlow is installed: model/fileio.py), leaving out unfinished
+    (`.incomplete`) files and the builder's JSON; DataError if none."""
+    if isinstance(file_patterns, str):
+        file_patterns = [p for p in file_patterns.split(",") if p]
+    files = set()
+    for pattern in file_patterns:
+        files.update(fileio.glob(str(pattern)))
+    files = sorted(f for f in files if not f.endswith(".incomplete") and not f.endswith(".json"))
     if not files:
-        raise DataError(f"no TFRecord files match {patterns}")
+        raise DataError(f"no pre-training shards match {', '.join(map(str, file_patterns))}")
     return files
 
 
 def iter_records(path):
-    """The raw records of one TFRecord file (a bucket file is read whole first)."""
-    with (io.BytesIO(fileio.read_bytes(path)) if fileio.is_url(path) else open(path, "rb")) as f:
+    """The raw records of one TFRecord file, streamed."""
+    with fileio.open_read(path) as f:
         while True:
             header = f.read(12)
             if not header:
@@ -106,7 +109,8 @@ def _int64_list(feature):
 
 
 def parse_example(record, names=FEATURES):
-    """{name: list of ints} of the int64 features `names` of one serialized tf.train.Example."""
+    """{name: list of ints} of the int64 features `names` (None: all) of one serialized
+    tf.train.Example."""
     out = {}
     for number, _, features in _fields(record):           # Example.features = 1
         if number != 1:
@@ -120,56 +124,95 @@ def parse_example(record, names=FEATURES):
                     key = bytes(v).decode("utf-8")
                 elif n == 2:
                     value = v
-            if key in names and value is not None:
+            if (names is None or key in names) and value is not None:
                 out[key] = _int64_list(value)
     return out
 
 
-def read_examples(path, max_seq_length, names=FEATURES):
+def check_shard(path, max_seq_length):
+    """Checks the first record of a shard: exactly the three features, max_seq_length long."""
+    for record in itertools.islice(iter_records(path), 1):
+        example = _parse(record, path, 0, names=None)
+        if sorted(example) != sorted(FEATURES):
+            raise DataError(f"shard {path}: features {sorted(example)}, expected "
+                            f"{sorted(FEATURES)}")
+        for name in FEATURES:
+            if len(example[name]) != max_seq_length:
+                raise DataError(f"shard {path}: feature {name} has length "
+                                f"{len(example[name])}, expected max_seq_length={max_seq_length}")
+
+
+def largest_token_id(path, max_records=256):
+    """The largest input id in the first `max_records` records of a shard (-1 if none)."""
+    largest = -1
+    for index, record in enumerate(itertools.islice(iter_records(path), max_records)):
+        ids = _parse(record, path, index, names=("input_ids",)).get("input_ids")
+        if ids:
+            largest = max(largest, max(ids))
+    return largest
+
+
+def _parse(record, path, index, names=FEATURES):
+    try:
+        return parse_example(record, names)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        raise DataError(f"{path}: record {index} is not a tf.train.Example") from None
+
+
+def read_examples(path, max_seq_length):
     """Every example of one shard as {name: int32 array [n, max_seq_length]}."""
-    rows = {name: [] for name in names}
-    for index, record in enumerate(iter_records(path)):
-        try:
-            example = parse_example(record, names)
-        except (IndexError, ValueError, UnicodeDecodeError):
-            raise DataError(f"{path}: record {index} is not a tf.train.Example") from None
-        for name in names:
-            values = example.get(name)
-            if values is None or len(values) != max_seq_length:
-                raise DataError(f"{path}: record {index} has {len(values or [])} {name} values, "
-                                f"expected {max_seq_length} (another --max_seq_length?)")
-            rows[name].append(values)
-    return {name: np.asarray(v, np.int32).reshape(-1, max_seq_length) for name, v in rows.items()}
+    records = list(iter_records(path))
+    return _decode(records, [(0, i) for i in range(len(records))], [path], max_seq_length)
 
 
 def pretraining_batches(files, batch_size, max_seq_length, seed=0, shuffle_buffer=10000,
                         skip_batches=0):
     """Endless global batches {input_ids, input_mask, segment_ids: int32 [B, T], example_id:
     int64 [B]} (example_id = the example's position in this stream: the masking / sampling
-    RNG key, as in pretrain/task.py). Deterministic in `seed`; `skip_batches` resumes."""
+    RNG key, as in pretrain/task.py). Deterministic in `seed`; `skip_batches` resumes.
+
+    The shuffle buffer holds the records still serialized and only a batch that is handed out is
+    decoded, so the batches skipped on resume cost a file read and a few RNG draws each, not a
+    protobuf decode per example."""
     rng = np.random.default_rng(seed)
-    buffer = {name: np.zeros((0, max_seq_length), np.int32) for name in FEATURES}
-    produced = epoch = 0
+    buffer = np.empty(0, object)            # serialized records
+    where = np.zeros((0, 2), np.int64)      # (file index, record index) of each, for errors
+    produced = 0
     while True:
         order = rng.permutation(len(files)) if len(files) > 1 else [0]
         for file_index in order:
-            examples = read_examples(files[file_index], max_seq_length)
-            buffer = {n: np.concatenate([buffer[n], examples[n]]) for n in FEATURES}
-            while len(buffer["input_ids"]) >= max(shuffle_buffer, batch_size):
-                buffer, batch = _take(buffer, batch_size, rng)
+            records = list(iter_records(files[file_index]))
+            fresh = np.empty(len(records), object)
+            fresh[:] = records
+            buffer = np.concatenate([buffer, fresh])
+            where = np.concatenate([where, np.stack([np.full(len(records), file_index),
+                                                     np.arange(len(records))], axis=1)])
+            while len(buffer) >= max(shuffle_buffer, batch_size):
+                picks = rng.choice(len(buffer), size=batch_size, replace=False)
+                keep = np.ones(len(buffer), bool)
+                keep[picks] = False
                 if produced >= skip_batches:
+                    batch = _decode(buffer[picks], where[picks], files, max_seq_length)
                     yield _with_ids(batch, produced, batch_size)
+                buffer, where = buffer[keep], where[keep]
                 produced += 1
-        epoch += 1
-        if produced == 0 and len(buffer["input_ids"]) == 0:
+        if produced == 0 and len(buffer) == 0:
             raise DataError(f"no examples in {', '.join(files[:3])}")
 
 
-def _take(buffer, batch_size, rng):
-    picks = rng.choice(len(buffer["input_ids"]), size=batch_size, replace=False)
-    keep = np.ones(len(buffer["input_ids"]), bool)
-    keep[picks] = False
-    return ({n: v[keep] for n, v in buffer.items()}, {n: v[picks] for n, v in buffer.items()})
+def _decode(records, where, files, max_seq_length):
+    """{name: int32 [len(records), max_seq_length]} of serialized records."""
+    out = {name: np.empty((len(records), max_seq_length), np.int32) for name in FEATURES}
+    for row, (record, (file_index, index)) in enumerate(zip(records, where)):
+        path = files[file_index]
+        example = _parse(record, path, index)
+        for name in FEATURES:
+            values = example.get(name)
+            if values is None or len(values) != max_seq_length:
+                raise DataError(f"{path}: record {index} has {len(values or [])} {name} values, "
+                                f"expected {max_seq_length} (another --max_seq_length?)")
+            out[name][row] = values
+    return out
 
 
 def _with_ids(batch, index, batch_size):

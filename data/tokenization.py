@@ -192,35 +192,15 @@ class SentencePieceTokenizer(_TokenizerBase):
     """
 
     def __init__(self, sp_model, do_lower_case=True, strip_accents=None):
-        import sentencepiece as spm
-
+        from data.vocab import load_sentencepiece
         self.sp_model = str(sp_model)
-        if not tf.io.gfile.exists(self.sp_model):
-            raise VocabError(f"SentencePiece model {self.sp_model}: not found")
-        with tf.io.gfile.GFile(self.sp_model, "rb") as f:
-            model_bytes = f.read()
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(model_bytes)
-        except Exception:  # sentencepiece raises RuntimeError/OSError depending on version
-            raise VocabError(
-                f"SentencePiece model {self.sp_model}: not a valid model file") from None
+        processor, model_bytes, self._token_ids = load_sentencepiece(self.sp_model)
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = False if strip_accents is None else bool(strip_accents)
         self._pre_lower = self.do_lower_case
         self._pre_strip_accents = self.strip_accents
         self.vocab = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
         self.vocab_size = len(self.vocab)
-        self._token_ids = {token: i for i, token in enumerate(self.vocab)}
-        # Accept SentencePiece's own pad/unk pieces (e.g. "<pad>", "<unk>") under BERT names.
-        for name, index in (("[PAD]", processor.pad_id()), ("[UNK]", processor.unk_id())):
-            if index >= 0:
-                self._token_ids.setdefault(name, index)
-        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-                   if t not in self._token_ids]
-        if missing:
-            raise VocabError(f"SentencePiece model {self.sp_model}: missing special token(s) "
-                             f"{' '.join(missing)}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             self._token_ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
         self._model_bytes = model_bytes

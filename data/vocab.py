@@ -1,13 +1,14 @@
-"""Vocabularies: load and validate WordPiece vocab files, learn WordPiece or SentencePiece ones.
+"""Vocabularies: load and validate WordPiece vocab files and SentencePiece models, learn either.
 
-Every file access goes through tf.io.gfile, so vocabularies may live on gs:// as well.
+Every file access goes through model/fileio.py, so vocabularies may live on gs:// as well.
+Reading needs no TensorFlow (the JAX path uses `special_token_ids`); learning a WordPiece
+vocabulary does (tensorflow-text).
 """
 import os
 import tempfile
 
-import tensorflow as tf
-
 from data.errors import VocabError
+from model import fileio
 
 # The tokens every vocabulary must contain (BERT names); the builder and masking rely on them.
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -23,10 +24,9 @@ def bert_reserved_tokens(num_unused=BERT_NUM_UNUSED):
 def load_vocab(vocab_file):
     """Reads a one-token-per-line vocab file and checks it; returns the list of tokens."""
     vocab_file = str(vocab_file)
-    if not tf.io.gfile.exists(vocab_file) or tf.io.gfile.isdir(vocab_file):
+    if not fileio.exists(vocab_file) or fileio.isdir(vocab_file):
         raise VocabError(f"vocab file {vocab_file}: not found")
-    with tf.io.gfile.GFile(vocab_file, "rb") as f:
-        raw = f.read()
+    raw = fileio.read_bytes(vocab_file)
     if b"\x00" in raw:
         raise VocabError(f"vocab file {vocab_file}: binary data, expected one token per line")
     try:
@@ -61,14 +61,53 @@ def check_vocab(tokens, source):
 def write_vocab(tokens, vocab_file):
     """Writes tokens one per line, atomically (temp name, then rename)."""
     vocab_file = str(vocab_file)
-    parent = os.path.dirname(vocab_file)
+    parent = fileio.dirname(vocab_file)
     if parent:
-        tf.io.gfile.makedirs(parent)
-    tmp = vocab_file + ".incomplete"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    tf.io.gfile.rename(tmp, vocab_file, overwrite=True)
+        fileio.makedirs(parent)
+    fileio.write_text_atomic(vocab_file, "".join(t + "\n" for t in tokens))
     return vocab_file
+
+
+SPECIAL_ID_NAMES = {"[PAD]": "pad_id", "[UNK]": "unk_id", "[CLS]": "cls_id", "[SEP]": "sep_id",
+                    "[MASK]": "mask_id"}
+
+
+def load_sentencepiece(sp_model):
+    """(processor, model bytes, {token: id}) of a SentencePiece model; VocabError naming the file
+    unless it loads and defines the BERT special tokens ([CLS] [SEP] [MASK] as user-defined
+    symbols, as `learn_sentencepiece_model` writes them; its pad / unk pieces count as [PAD] /
+    [UNK] under any name)."""
+    import sentencepiece as spm
+    sp_model = str(sp_model)
+    if not fileio.exists(sp_model) or fileio.isdir(sp_model):
+        raise VocabError(f"SentencePiece model {sp_model}: not found")
+    model_bytes = fileio.read_bytes(sp_model)
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model_bytes)
+    except Exception:  # sentencepiece raises RuntimeError/OSError depending on version
+        raise VocabError(f"SentencePiece model {sp_model}: not a valid model file") from None
+    token_ids = {processor.IdToPiece(i): i for i in range(processor.GetPieceSize())}
+    for name, index in (("[PAD]", processor.pad_id()), ("[UNK]", processor.unk_id())):
+        if index >= 0:
+            token_ids.setdefault(name, index)
+    missing = [t for t in REQUIRED_SPECIAL_TOKENS if t not in token_ids]
+    if missing:
+        raise VocabError(f"SentencePiece model {sp_model}: missing special token(s) "
+                         f"{' '.join(missing)}")
+    return processor, model_bytes, token_ids
+
+
+def special_token_ids(vocab_file=None, sp_model=None):
+    """(vocabulary size, {cls_id, sep_id, mask_id}) of a WordPiece vocab file or a SentencePiece
+    model: what pre-training needs to know of the tokenizer the shards were built with."""
+    if sp_model:
+        processor, _, token_ids = load_sentencepiece(sp_model)
+        size = processor.GetPieceSize()
+    else:
+        tokens = load_vocab(vocab_file)
+        token_ids, size = {t: i for i, t in enumerate(tokens)}, len(tokens)
+    return size, {SPECIAL_ID_NAMES[t]: token_ids[t] for t in ("[CLS]", "[SEP]", "[MASK]")}
 
 
 def learn_wordpiece_vocab(texts, vocab_size, do_lower_case=True, num_unused=BERT_NUM_UNUSED,
@@ -80,6 +119,7 @@ def learn_wordpiece_vocab(texts, vocab_size, do_lower_case=True, num_unused=BERT
     as a target, not an exact count). `min_count` is the learner's lowest token-frequency
     threshold: lower it for small corpora, or the vocabulary stays small.
     """
+    import tensorflow as tf
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as learner
 
     texts = [t for t in texts if t.strip()]
@@ -103,7 +143,7 @@ def learn_sentencepiece_model(texts, model_prefix, vocab_size, model_type="unigr
     """Trains a SentencePiece model (unigram or bpe) with BERT-style special tokens.
 
     Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.  Writes `<model_prefix>.model` and
-    `.vocab` (through tf.io.gfile) and returns the .model path.
+    `.vocab` (through model/fileio.py) and returns the .model path.
     """
     import sentencepiece as spm
 
@@ -130,13 +170,12 @@ def learn_sentencepiece_model(texts, model_prefix, vocab_size, model_type="unigr
             hard_vocab_limit=False, minloglevel=2,
         )
         model_prefix = str(model_prefix)
-        parent = os.path.dirname(model_prefix)
+        parent = fileio.dirname(model_prefix)
         if parent:
-            tf.io.gfile.makedirs(parent)
+            fileio.makedirs(parent)
         for suffix in (".vocab", ".model"):   # the .model last: its presence means complete
-            tmp = model_prefix + suffix + ".incomplete"
-            tf.io.gfile.copy(local_prefix + suffix, tmp, overwrite=True)
-            tf.io.gfile.rename(tmp, model_prefix + suffix, overwrite=True)
+            with open(local_prefix + suffix, "rb") as f:   # our own temporary file
+                fileio.write_bytes_atomic(model_prefix + suffix, f.read())
     return model_prefix + ".model"
 
 
@@ -181,7 +220,8 @@ def build_vocab(corpus_dirs, output, vocab_type="wordpiece", vocab_size=30522,
         prefix = output[:-len(".model")]
         learn_sentencepiece_model(lines, prefix, vocab_size, model_type=sp_model_type,
                                   do_lower_case=do_lower_case)
-        with tf.io.gfile.GFile(prefix + ".vocab") as f:   # a small corpus gives fewer pieces
-            size = sum(1 for line in f if line.strip())
+        # a small corpus gives fewer pieces
+        size = sum(1 for line in fileio.read_text(prefix + ".vocab").splitlines()
+                   if line.strip())
     log(f"wrote {output}: {size:,} tokens ({time.time() - start:.0f}s)")
     return output

@@ -134,6 +134,16 @@ def read_text(path, encoding="utf-8") -> str:
     return read_bytes(path).decode(encoding)
 
 
+def open_read(path):
+    """A binary file object to stream `path` (large shards on a bucket are not read whole)."""
+    path = os.fspath(path)
+    if not is_url(path):
+        return open(path, "rb")
+    if not isfile(path):
+        raise _not_found(path)
+    return _gfile(path).GFile(path, "rb")
+
+
 # ------------------------------------------------------------------------------------ writing
 def makedirs(path) -> None:
     """Create `path` and its parents; nothing if it exists."""

@@ -98,7 +98,7 @@ def gumbel_noise(u):
 # ------------------------------------------------------------------------------------ data
 def find_files(files):
     """A list of paths (kept in its order), or glob(s) -> sorted shard paths (find_shards)."""
-    from data.pretraining_input import find_shards
+    from data.tfrecord_io import find_shards
     if isinstance(files, (list, tuple)) and not any(set("*?[") & set(str(f)) for f in files):
         return [str(f) for f in files]
     return find_shards(files)

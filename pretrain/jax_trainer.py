@@ -27,11 +27,12 @@ from data.tfrecord_io import pretraining_batches
 from model import fileio
 from pretrain import window
 from pretrain.hparams import model_config, train_settings
-from training.jax_core import JaxTrainingCore, JaxTrainingError, use_devices
+from training.jax_core import JaxTrainingCore, use_devices
+from training.loop import TrainingError
 
 CHECKPOINT_DIR = "jax_checkpoints"
 SUMMARY_FILE = "pretraining_summary.json"
-__all__ = ["JaxTrainingError", "pretrain_jax", "run_from_flags"]
+__all__ = ["pretrain_jax"]
 
 
 def build(hp, vocab_size, special_ids=None):
@@ -100,9 +101,9 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     """Pre-train `hp` on `train_files` into `model_dir` on JAX; returns the run summary."""
     import keras
     if keras.backend.backend() != "jax":
-        raise JaxTrainingError("pretrain_jax needs KERAS_BACKEND=jax")
+        raise TrainingError("pretrain_jax needs KERAS_BACKEND=jax")
     if hp.precision == "mixed_float16":
-        raise JaxTrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only so "
+        raise TrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only so "
                                "far; use bf16 or fp32 on JAX")
     # bf16: bfloat16 compute, float32 weights and optimizer state (no loss scaling needed).
     keras.mixed_precision.set_global_policy(
@@ -110,7 +111,7 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     started = time.time()
     replicas = use_devices(num_devices, log)
     if hp.train_batch_size % replicas:
-        raise JaxTrainingError(f"train_batch_size {hp.train_batch_size} is not divisible by the "
+        raise TrainingError(f"train_batch_size {hp.train_batch_size} is not divisible by the "
                                f"{replicas} devices")
     pretrainer, optimizer, schedule = build(hp, vocab_size, special_ids)
     fileio.makedirs(model_dir)
@@ -119,6 +120,10 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     log(f"{hp.model_name}: {hp.model_size} ConvBERT, {num_params:,} trainable parameters "
         f"(discriminator + generator); JAX, {replicas} device(s); batch "
         f"{hp.train_batch_size} x {hp.max_seq_length}; {hp.num_train_steps} steps")
+
+    if hp.steps_per_loop > 1:
+        log(f"note: steps_per_loop={hp.steps_per_loop} is not implemented on JAX; every step is "
+            "one jitted call (host round-trip per step)")
 
     def make_batches(skip_batches):
         return pretraining_batches(train_files, hp.train_batch_size, hp.max_seq_length,
@@ -132,73 +137,8 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
                     checkpoint_dir=os.path.join(model_dir, CHECKPOINT_DIR),
                     export=lambda: export(pretrainer, model_dir),
                     summary_path=os.path.join(model_dir, SUMMARY_FILE),
-                    summary_extra={"model_name": hp.model_name}, started_at=started)
-
-
-def _vocab_info(vocab_file=None, sp_model=None):
-    """(size, {cls_id, sep_id, mask_id}) of a WordPiece vocab or a SentencePiece model, read
-    without TensorFlow."""
-    from data.errors import DataError
-    if vocab_file:
-        if not fileio.exists(vocab_file):
-            raise DataError(f"--vocab_file {vocab_file} does not exist")
-        tokens = [t.strip() for t in fileio.read_text(vocab_file).splitlines() if t.strip()]
-        index = {t: i for i, t in enumerate(tokens)}
-        source = vocab_file
-    else:
-        import sentencepiece as spm
-        if not fileio.exists(sp_model):
-            raise DataError(f"--sp_model {sp_model} does not exist")
-        processor = spm.SentencePieceProcessor()
-        processor.LoadFromSerializedProto(fileio.read_bytes(sp_model))
-        tokens = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
-        index = {t: i for i, t in enumerate(tokens)}
-        source = sp_model
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]") if t not in index]
-    if missing:
-        raise DataError(f"{source} lacks the special token(s) {', '.join(missing)}")
-    return len(tokens), {"cls_id": index["[CLS]"], "sep_id": index["[SEP]"],
-                         "mask_id": index["[MASK]"]}
-
-
-def run_from_flags(flag_values, flag_keys, log=print):
-    """run_pretraining.py under KERAS_BACKEND=jax: the flags -> pretrain_jax. TensorFlow is
-    never imported."""
-    from data.errors import DataError
-    from data.tfrecord_io import find_files
-    from pretrain.hparams import make_hparams, parse_overrides
-    for flag in ("distribution", "tpu", "tpu_zone", "gcp_project"):
-        if getattr(flag_values, flag):
-            raise JaxTrainingError(f"--{flag} is for TensorFlow; on JAX every local device is "
-                                   "used (--num_cpu_devices=N splits the CPU)")
-    if not (flag_values.pretrain_tfrecords or flag_values.data_dir):
-        raise JaxTrainingError("the JAX path needs --pretrain_tfrecords or --data_dir (the demo "
-                               "corpus is built with TensorFlow)")
-    overrides = parse_overrides(flag_values.hparams)
-    from_flags = {k: getattr(flag_values, k) for k in flag_keys
-                  if getattr(flag_values, k) is not None}
-    hp = make_hparams(None, overrides, from_flags)
-    pattern = flag_values.pretrain_tfrecords or os.path.join(
-        flag_values.data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*")
-    files = find_files(pattern)
-    vocab_file, sp_model = flag_values.vocab_file, flag_values.sp_model
-    if vocab_file and sp_model:
-        raise DataError("give --vocab_file or --sp_model, not both")
-    if not (vocab_file or sp_model) and flag_values.data_dir:
-        candidate = os.path.join(flag_values.data_dir, "vocab.txt")
-        vocab_file = candidate if fileio.exists(candidate) else None
-    special_ids = {}
-    if vocab_file or sp_model:
-        size, special_ids = _vocab_info(vocab_file, sp_model)
-        if hp.vocab_size is not None and hp.vocab_size != size:
-            raise DataError(f"{sp_model or vocab_file} has {size} tokens but the model config "
-                            f"has vocab_size {hp.vocab_size}")
-        hp.vocab_size = size
-    elif hp.vocab_size is None:
-        hp.vocab_size = 30522
-    model_dir = flag_values.model_dir or (
-        os.path.join(flag_values.data_dir, "models", hp.model_name) if flag_values.data_dir
-        else os.path.join("runs", hp.model_name))
-    summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log)
-    summary.update(model_dir=model_dir, discriminator=os.path.join(model_dir, "discriminator"))
-    return summary
+                    summary_extra={"model_name": hp.model_name, "model_size": hp.model_size,
+                                   "model_dir": model_dir, "max_seq_length": hp.max_seq_length,
+                                   "discriminator": os.path.join(model_dir, "discriminator"),
+                                   "generator": os.path.join(model_dir, "generator")},
+                    started_at=started)

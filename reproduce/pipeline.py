@@ -162,7 +162,7 @@ class Reproduction:
 
     def shard_files(self):
         """(training shards, held-out shards): the last non-empty shard of the first corpus."""
-        from data.pretraining_input import find_shards
+        from data.tfrecord_io import find_shards
         per_corpus = [[p for p in find_shards(os.path.join(self.shard_dir(d),
                                                            "pretrain_data.tfrecord-*"))
                        if tf.io.gfile.stat(p).length > 0] for d in self.corpus_dirs]

@@ -44,7 +44,7 @@ def __getattr__(name):
         from training.settings import TrainSettings
         return TrainSettings
     if name == "TrainingError":
-        from training.state import TrainingError
+        from training.loop import TrainingError
         return TrainingError
     if name == "Task":
         from training.task import Task

@@ -24,10 +24,10 @@
   the step), as ELECTRA's `iterations_per_loop`: one host round-trip per k steps keeps a TPU fed.
   A call never crosses a log, save or final step, and the parameters after any number of steps
   equal those of k = 1 (tests/training/test_core.py).
-* The loop: a progress line every `log_every` steps (task fields, lr, seq/s, elapsed, ETA),
-  TensorBoard scalars, a history of window records, and a non-finite guard: a non-finite loss
-  (or gradient norm, without loss scaling) stops the run before any save, so the last good
-  checkpoint is never overwritten.
+* The loop (training/loop.py, shared with the JAX core): a progress line every `log_every`
+  steps (task fields, lr, seq/s, elapsed, ETA), TensorBoard scalars, a history of window
+  records, and a non-finite guard: a non-finite loss (or gradient norm, without loss scaling)
+  stops the run before any save, so the last good checkpoint is never overwritten.
 """
 import dataclasses
 import time
@@ -36,9 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.progress import StepRate, format_duration
-from training.state import (CheckpointSaver, TrainingError, checkpoint_step, restore_latest,
-                            write_json_atomic)
+from training.loop import TrainingError, run_loop, run_summary, steps_this_call
+from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
 
 from training import PRECISIONS
@@ -262,16 +261,6 @@ class TrainingCore:
 
         return tf.function(train_loop)
 
-    def _steps_this_call(self, step):
-        """How many steps the next call runs: up to `steps_per_loop`, never past a log or save
-        boundary or the end (so logs, checkpoints and the non-finite guard see those steps)."""
-        s = self.settings
-        bounds = [s.total_steps, step + max(1, s.steps_per_loop)]
-        for every in (max(1, s.log_every), s.save_every):
-            if every:
-                bounds.append((step // every + 1) * every)
-        return min(bounds) - step
-
     # ------------------------------------------------------------------ the loop
     def fit(self, checkpoint_dir=None, scratch_dir=None, log_dir=None, export_dir=None,
             last_checkpoint=None, summary_path=None, summary_extra=None, started_at=None,
@@ -294,6 +283,15 @@ class TrainingCore:
                      f"{s.batch_size}; resuming from the batch boundary below it")
         iterator = self._iterator(examples // s.batch_size)
         train_step = self.train_step()
+
+        def run_steps(step):
+            if s.steps_per_loop > 1:
+                num = steps_this_call(s, step)
+                out = train_step(iterator, tf.constant(num, tf.int32))
+            else:
+                num, out = 1, train_step(iterator)
+            return num, {k: v.numpy() for k, v in out.items()}
+
         saver = None
         if checkpoint_dir is not None:
             saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
@@ -301,96 +299,22 @@ class TrainingCore:
         own_writer = writer is None
         if own_writer:
             writer = ScalarWriter(log_dir if self.chief else None)
-        loop_start = time.time()   # train_seconds: the loop itself, data pipeline built
-        rate = StepRate(start_step, s.total_steps)
-        window, window_steps, window_start = None, 0, time.time()
-        history = []
-        step, last_saved, stop_message = start_step, last_checkpoint, None
         try:
-            while step < s.total_steps:
-                if s.steps_per_loop > 1:
-                    num = self._steps_this_call(step)
-                    out = train_step(iterator, tf.constant(num, tf.int32))
-                else:
-                    num, out = 1, train_step(iterator)
-                values = {k: v.numpy() for k, v in out.items()}
-                step += num
-                rate.step_done(step)
-                stop_message = self._non_finite(values, step, checkpoint_dir, last_saved)
-                if stop_message:
-                    break
-                window = values if window is None else {k: window[k] + values[k]
-                                                        for k in window}
-                window_steps += num
-                if step % max(1, s.log_every) == 0 or step == s.total_steps:
-                    now = time.time()
-                    history.append(self._log_window(step, window, window_steps,
-                                                    now - window_start, rate, writer))
-                    window, window_steps, window_start = None, 0, now
-                if saver is not None and ((s.save_every and step % s.save_every == 0)
-                                          or step == s.total_steps):
-                    last_saved = self._save(saver, export_dir)
+            result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
+                              describe=self.task.describe, schedule=self.schedule,
+                              save=None if saver is None else (
+                                  lambda step: self._save(saver, export_dir)),
+                              last_saved=last_checkpoint, log=self.log, label=self.task.label,
+                              writer=writer, scalar_prefix=self.task.scalar_prefix,
+                              loss_scaled=self.loss_scaled)
         finally:
             if own_writer:
                 writer.close()
-        if stop_message:
-            raise TrainingError(stop_message)
-        if saver is not None and checkpoint_step(last_saved) != step:
-            last_saved = self._save(saver, export_dir)  # nothing left to train: state is out
         if self.chief and export_dir is not None and not s.export_on_save:
             self.task.export(export_dir)
-        train_seconds = time.time() - loop_start
-        steps_run = step - start_step
-        first_step = rate.first_step_seconds
-        summary = {
-            "global_step": step, "resumed_from_step": start_step, "steps_this_run": steps_run,
-            "train_batch_size": s.batch_size, "precision": s.precision,
+        summary = run_summary(s, result, started_at, self.num_params, extra={
             "distribution": distribution.describe(self.strategy),
-            "jit_compile": self.jit_compile, "trainable_parameters": self.num_params,
-            "last_checkpoint": last_saved, "wall_seconds": round(time.time() - started_at, 2),
-            "train_seconds": round(train_seconds, 2),
-            "first_step_seconds": round(first_step, 2),
-            "sequences_per_second": round(
-                steps_run * s.batch_size / max(train_seconds - first_step, 1e-9)
-                if steps_run > 1 else 0.0, 2),
-            "first": history[0] if history else None,
-            "final": history[-1] if history else None,
-            "history": history,
-        }
-        summary.update(summary_extra or {})
+            "jit_compile": self.jit_compile, **(summary_extra or {})})
         if summary_path is not None and self.chief:
             write_json_atomic(summary, summary_path)
         return summary
-
-    def _non_finite(self, values, step, checkpoint_dir, last_saved):
-        """The stop message for a non-finite loss or gradient norm (None when both are finite).
-        With loss scaling a non-finite gradient is expected now and then: the step is skipped
-        and the scale lowered."""
-        loss, grad_norm = float(values["loss"]), float(values["grad_norm"])
-        if np.isfinite(loss) and (np.isfinite(grad_norm) or self.loss_scaled):
-            return None
-        what, bad = ("loss", loss) if not np.isfinite(loss) else ("gradient norm", grad_norm)
-        label = f"{self.task.label}: " if self.task.label else ""
-        saved = ""
-        if checkpoint_dir is not None:
-            saved = (f"; the last good checkpoint is "
-                     f"{last_saved or 'none (no checkpoint was written)'}")
-        return (f"{label}non-finite {what} ({bad}) at step {step}: stopped without saving{saved}; "
-                f"try a lower learning_rate (now {self.settings.learning_rate:g}) or check the "
-                "data")
-
-    def _log_window(self, step, window, num_steps, seconds, rate, writer):
-        s = self.settings
-        record = {"step": step, **self.task.summarize(window, num_steps)}
-        record.setdefault("loss", float(window["loss"]) / num_steps)
-        record["learning_rate"] = float(np.asarray(self.schedule(step - 1)))
-        record["grad_norm"] = float(window["grad_norm"]) / num_steps
-        record["sequences_per_second"] = num_steps * s.batch_size / max(seconds, 1e-9)
-        label = f"{self.task.label}: " if self.task.label else ""
-        self.log(f"{label}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%) "
-                 f"{self.task.describe(record)} | lr {record['learning_rate']:.3g} | "
-                 f"{record['sequences_per_second']:.1f} seq/s | elapsed "
-                 f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
-        writer.write({k: v for k, v in record.items() if k != "step"}, step,
-                     prefix=self.task.scalar_prefix)
-        return record

@@ -10,26 +10,21 @@ function and a batch stream; the core owns the rest, as `TrainingCore` does on T
   `jax.jit`; RNG and other non-trainable state are threaded through it;
 * devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): the global
   batch is sharded along its batch axis, one SPMD program, the one-device loss;
-* state: `<checkpoint_dir>/ckpt-<step>.safetensors` (every variable incl. optimizer and RNG state,
+* state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl. optimizer and RNG state,
   the step and examples counters), written atomically through model/fileio.py, keep-N, restored
   exactly (the caller's batch stream skips the consumed batches);
-* the loop: the non-finite guard, a progress line every `log_every` steps with the objective's
-  window summary, lr, seq/s, elapsed and ETA (training/progress.py), history, the summary JSON.
+* the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
+  the objective's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
 
 Same `TrainSettings` as TensorFlow's core; not here: steps_per_loop, TensorBoard, loss scaling.
 """
-import json
-import os
 import time
 
 import numpy as np
 
-from model import fileio
-from training.progress import StepRate, format_duration
-
-
-class JaxTrainingError(RuntimeError):
-    """A run that cannot go on (non-finite loss, unreadable checkpoint); one-line message."""
+from training.loop import TrainingError, run_loop, run_summary
+from training.state import (restore_safetensors_checkpoint, save_safetensors_checkpoint,
+                            write_json_atomic)
 
 
 def use_devices(num_devices=None, log=print):
@@ -39,52 +34,13 @@ def use_devices(num_devices=None, log=print):
     devices = jax.devices()
     if num_devices:
         if num_devices > len(devices):
-            raise JaxTrainingError(f"{num_devices} devices asked for, {len(devices)} present")
+            raise TrainingError(f"{num_devices} devices asked for, {len(devices)} present")
         devices = devices[:num_devices]
     if len(devices) > 1:
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
     log(f"JAX: {len(devices)} {devices[0].platform} device(s)"
         + (" (DataParallel)" if len(devices) > 1 else ""))
     return len(devices)
-
-
-# ------------------------------------------------------------------------------ checkpoints
-def _checkpoints(directory):
-    found = []
-    for path in fileio.glob(os.path.join(directory, "ckpt-*.safetensors")):
-        stem = os.path.basename(path)[len("ckpt-"):-len(".safetensors")]
-        if stem.isdigit():
-            found.append((int(stem), path))
-    return sorted(found)
-
-
-def save_checkpoint(directory, named_state, step, examples, keep):
-    """{name: array} + counters as one safetensors file (no pickle), atomically; keep-N."""
-    from safetensors.numpy import save
-    tensors = {"step": np.asarray([step], np.int64), "examples": np.asarray([examples], np.int64)}
-    tensors.update({name: np.asarray(value) for name, value in named_state.items()})
-    fileio.makedirs(directory)
-    path = os.path.join(directory, f"ckpt-{step}.safetensors")
-    fileio.write_bytes_atomic(path, save(tensors))
-    for _, old in _checkpoints(directory)[:-keep]:
-        fileio.remove(old)
-    return path
-
-
-def restore_checkpoint(directory, named_state):
-    """({name: array}, step, examples, path) from the newest checkpoint, or None."""
-    from safetensors.numpy import load
-    found = _checkpoints(directory) if fileio.isdir(directory) else []
-    if not found:
-        return None
-    path = found[-1][1]
-    try:
-        tensors = load(fileio.read_bytes(path))
-        restored = {name: tensors[name].astype(np.asarray(value).dtype).reshape(np.shape(value))
-                    for name, value in named_state.items()}
-    except Exception as e:  # noqa: BLE001 -- a model of another shape, a damaged file
-        raise JaxTrainingError(f"cannot restore {path}: {str(e).splitlines()[0]}") from None
-    return restored, int(tensors["step"][0]), int(tensors["examples"][0]), path
 
 
 # ------------------------------------------------------------------------------ the core
@@ -145,75 +101,43 @@ class JaxTrainingCore:
         step = examples = 0
         last_saved = None
         if checkpoint_dir is not None:
-            flat = {n: v for group_names, group in zip(names, state)
-                    for n, v in zip(group_names, group)}
-            restored = restore_checkpoint(checkpoint_dir, flat)
+            restored = restore_safetensors_checkpoint(checkpoint_dir, self._flat(names, state))
             if restored is not None:
                 values, step, examples, last_saved = restored
                 state = tuple([values[n] for n in group_names] for group_names in names)
                 self.log(f"resumed from {last_saved} at step {step}")
-        start_step = step
         batches = make_batches(examples // s.batch_size)
         train_step = self.make_step(model, optimizer, loss_and_metrics)
-        rate = StepRate(step, s.total_steps)
-        loop_start = time.time()
-        history, window, window_steps, window_start = [], None, 0, time.time()
-        label = f"{self.label}: " if self.label else ""
-        while step < s.total_steps:
+
+        def run_steps(step):
+            nonlocal state
             state, metrics = train_step(state, next(batches), np.int64(step))
-            values = {k: np.asarray(v) for k, v in metrics.items()}
-            step += 1
-            examples += s.batch_size
-            rate.step_done(step)
-            if not np.isfinite(values["loss"]):
-                raise JaxTrainingError(
-                    f"{label}non-finite loss ({float(values['loss'])}) at step {step}: stopped "
-                    f"without saving; the last good checkpoint is {last_saved or 'none'}")
-            window = values if window is None else {k: window[k] + values[k] for k in window}
-            window_steps += 1
-            if step % max(1, s.log_every) == 0 or step == s.total_steps:
-                now = time.time()
-                record = {"step": step, **summarize(window, window_steps)}
-                record["learning_rate"] = float(np.asarray(schedule(step - 1)))
-                record["grad_norm"] = float(window["grad_norm"]) / window_steps
-                record["sequences_per_second"] = window_steps * s.batch_size / max(
-                    now - window_start, 1e-9)
-                history.append(record)
-                self.log(f"{label}step {step}/{s.total_steps} "
-                         f"({100.0 * step / s.total_steps:.1f}%) {describe(record)} | lr "
-                         f"{record['learning_rate']:.3g} | "
-                         f"{record['sequences_per_second']:.1f} seq/s | elapsed "
-                         f"{format_duration(rate.elapsed())} | ETA "
-                         f"{format_duration(rate.eta(step))}")
-                window, window_steps, window_start = None, 0, now
-            if checkpoint_dir is not None and (
-                    (s.save_every and step % s.save_every == 0) or step == s.total_steps):
-                flat = {n: v for group_names, group in zip(names, state)
-                        for n, v in zip(group_names, group)}
-                last_saved = save_checkpoint(checkpoint_dir, flat, step, examples,
-                                             s.keep_checkpoints)
+            return 1, {k: np.asarray(v) for k, v in metrics.items()}
+
+        start_step, start_examples = step, examples
+
+        def save(step):
+            consumed = start_examples + (step - start_step) * s.batch_size
+            return save_safetensors_checkpoint(checkpoint_dir, self._flat(names, state), step, consumed,
+                                   s.keep_checkpoints)
+
+        result = run_loop(s, start_step, run_steps, summarize=summarize, describe=describe,
+                          schedule=schedule, save=None if checkpoint_dir is None else save,
+                          last_saved=last_saved, log=self.log, label=self.label)
         for group, values in zip(variables, state):
             for variable, value in zip(group, values):
                 variable.assign(value)
         if export is not None:
             export()
-        train_seconds = time.time() - loop_start
-        first = rate.first_step_seconds
-        steps_run = step - start_step
-        summary = {
-            "global_step": step, "resumed_from_step": start_step, "steps_this_run": steps_run,
-            "train_batch_size": s.batch_size, "precision": s.precision, "backend": "jax",
-            "distribution": f"JAX {jax.default_backend()} x{len(jax.devices())}",
-            "trainable_parameters": int(sum(np.prod(v.shape) for v in variables[0])),
-            "last_checkpoint": last_saved, "wall_seconds": round(time.time() - started_at, 2),
-            "train_seconds": round(train_seconds, 2), "first_step_seconds": round(first, 2),
-            "sequences_per_second": round(steps_run * s.batch_size /
-                                          max(train_seconds - first, 1e-9), 2)
-            if steps_run > 1 else 0.0,
-            "first": history[0] if history else None, "final": history[-1] if history else None,
-            "history": history,
-        }
-        summary.update(summary_extra or {})
+        num_params = sum(np.prod(v.shape) for v in variables[0])
+        summary = run_summary(s, result, started_at, num_params, extra={
+            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{len(jax.devices())}",
+            **(summary_extra or {})})
         if summary_path is not None:
-            fileio.write_text_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
+            write_json_atomic(summary, summary_path)
         return summary
+
+    @staticmethod
+    def _flat(names, state):
+        return {n: v for group_names, group in zip(names, state)
+                for n, v in zip(group_names, group)}

@@ -1,15 +1,22 @@
-"""Run state on disk: checkpoints (keep-N, exact resume) and atomic writes of files and directories.
+"""Run state on disk: checkpoints (keep-N, exact resume) and atomic writes of files.
 
-Every path goes through tf.io.gfile, so a model_dir may be a bucket (gs://...) or TensorFlow's
-in-memory ram:// filesystem (tests).
+Two checkpoint formats, one per training core, both keep-N and restored exactly:
+* TensorFlow (training/core.py): `tf.train.Checkpoint` through `tf.train.CheckpointManager`
+  (`CheckpointSaver`, `restore_latest`), `<dir>/ckpt-<step>.index|data-*` + `checkpoint`;
+* JAX (training/jax_core.py, no TensorFlow): `<dir>/ckpt-<step>.safetensors`, every variable by
+  name plus the step and examples counters (`save_safetensors_checkpoint`,
+  `restore_safetensors_checkpoint`).
+Every path goes through tf.io.gfile / model/fileio.py, so a model_dir may be a bucket (gs://...)
+or TensorFlow's in-memory ram:// filesystem (tests). TensorFlow is imported only by the
+TensorFlow format.
 """
 import json
+import os
 
-import tensorflow as tf
+import numpy as np
 
-
-class TrainingError(RuntimeError):
-    """The run cannot continue; the message is one line for the user."""
+from model import fileio
+from training.loop import TrainingError
 
 
 CHECKPOINT_NAME = "ckpt"
@@ -23,6 +30,7 @@ def _first_line(error):
 def restore_latest(checkpoint, directory):
     """Restore the newest checkpoint in `directory` into `checkpoint`; its path, or None if there
     is none. A checkpoint of another shape (model size, vocab, precision) is a TrainingError."""
+    import tensorflow as tf
     latest = tf.train.latest_checkpoint(directory)
     if latest is None:
         return None
@@ -45,6 +53,7 @@ class CheckpointSaver:
     the chief saves into `scratch_dir`, which is removed straight after."""
 
     def __init__(self, checkpoint, directory, keep, scratch_dir=None):
+        import tensorflow as tf
         self.scratch_dir = scratch_dir
         self.manager = tf.train.CheckpointManager(
             checkpoint, scratch_dir or directory, max_to_keep=keep,
@@ -53,7 +62,7 @@ class CheckpointSaver:
     def save(self, step):
         path = self.manager.save(checkpoint_number=int(step))
         if self.scratch_dir:
-            remove_tree(self.scratch_dir)
+            fileio.remove_tree(self.scratch_dir)
         return path
 
 
@@ -62,16 +71,51 @@ def checkpoint_step(path):
     return None if path is None else int(path.rsplit("-", 1)[-1])
 
 
-def remove_tree(path):
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
-
-
 def write_text_atomic(text, path):
     """`text` to `path` atomically (model/fileio.py: temporary file beside it + rename)."""
-    from model import fileio
     fileio.write_text_atomic(path, text)
 
 
 def write_json_atomic(obj, path, indent=2):
     write_text_atomic(json.dumps(obj, indent=indent) + "\n", path)
+
+
+# ------------------------------------------------------------------ the JAX core's format
+def _safetensors_checkpoints(directory):
+    found = []
+    for path in fileio.glob(os.path.join(directory, f"{CHECKPOINT_NAME}-*.safetensors")):
+        stem = os.path.basename(path)[len(CHECKPOINT_NAME) + 1:-len(".safetensors")]
+        if stem.isdigit():
+            found.append((int(stem), path))
+    return sorted(found)
+
+
+def save_safetensors_checkpoint(directory, named_state, step, examples, keep):
+    """{name: array} + counters as one safetensors file (no pickle), atomically; keep-N."""
+    from safetensors.numpy import save
+    tensors = {"step": np.asarray([step], np.int64), "examples": np.asarray([examples], np.int64)}
+    tensors.update({name: np.asarray(value) for name, value in named_state.items()})
+    fileio.makedirs(directory)
+    path = os.path.join(directory, f"{CHECKPOINT_NAME}-{step}.safetensors")
+    fileio.write_bytes_atomic(path, save(tensors))
+    for _, old in _safetensors_checkpoints(directory)[:-keep]:
+        fileio.remove(old)
+    return path
+
+
+def restore_safetensors_checkpoint(directory, named_state):
+    """({name: array}, step, examples, path) from the newest checkpoint, or None."""
+    from safetensors.numpy import load
+    found = _safetensors_checkpoints(directory) if fileio.isdir(directory) else []
+    if not found:
+        return None
+    path = found[-1][1]
+    try:
+        tensors = load(fileio.read_bytes(path))
+        restored = {name: tensors[name].astype(np.asarray(value).dtype).reshape(np.shape(value))
+                    for name, value in named_state.items()}
+    except Exception as e:  # noqa: BLE001 -- a model of another shape, a damaged file
+        raise TrainingError(f"the checkpoint {path} does not match this configuration "
+                            f"(another model size, vocab or precision?): {_first_line(e)}") \
+            from None
+    return restored, int(tensors["step"][0]), int(tensors["examples"][0]), path

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from data.errors import DataError
-from data.tfrecord_io import find_files, iter_records, pretraining_batches, read_examples
+from data.tfrecord_io import find_shards, iter_records, pretraining_batches, read_examples
 from tests.pretrain.test_run_pretraining import SEQ, tiny_data  # noqa: F401 (fixture)
 
 
 def test_reader_equals_tf_parse(tiny_data):  # noqa: F811
     tf = pytest.importorskip("tensorflow")
-    files = find_files(tiny_data[0])
+    files = find_shards(tiny_data[0])
     spec = {k: tf.io.FixedLenFeature([SEQ], tf.int64)
             for k in ("input_ids", "input_mask", "segment_ids")}
     for path in files:
@@ -26,7 +26,7 @@ def test_reader_equals_tf_parse(tiny_data):  # noqa: F811
 
 
 def test_batches_are_deterministic_and_resume(tiny_data):  # noqa: F811
-    files = find_files(tiny_data[0])
+    files = find_shards(tiny_data[0])
     first = next(pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16))
     stream = pretraining_batches(files, 4, SEQ, seed=3, shuffle_buffer=16)
     batches = [next(stream) for _ in range(6)]
@@ -43,9 +43,9 @@ def test_batches_are_deterministic_and_resume(tiny_data):  # noqa: F811
 
 
 def test_bad_shards_are_one_line_errors(tmp_path, tiny_data):  # noqa: F811
-    with pytest.raises(DataError, match="no TFRecord files match"):
-        find_files(str(tmp_path / "none*"))
-    path = find_files(tiny_data[0])[0]
+    with pytest.raises(DataError, match="no pre-training shards match"):
+        find_shards(str(tmp_path / "none*"))
+    path = find_shards(tiny_data[0])[0]
     data = open(path, "rb").read()
     (tmp_path / "cut").write_bytes(data[:len(data) // 2])
     with pytest.raises(DataError, match="truncated TFRecord"):

@@ -124,3 +124,17 @@ def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --tpu is for TensorFlow")
     assert not (tmp_path / "m").exists()
+
+
+def test_gpu_benchmark_runs_the_cores_step():
+    """benchmarks/gpu_pretrain.py (what a lent GPU machine runs) times the JAX training core's
+    step; its CPU smoke mode keeps it from rotting between GPU sessions."""
+    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    proc = subprocess.run([sys.executable, "-c", NO_TF, "benchmarks/gpu_pretrain.py", "--tiny",
+                           "--steps", "1", "--warmup", "1"], cwd=str(REPO), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if " seq/s " in line]
+    assert [line.split()[0] for line in lines] == ["ConvBERT", "ELECTRA"], proc.stdout
+    assert all(np.isfinite(float(line.rsplit("loss", 1)[1])) for line in lines)
+    assert "ConvBERT / ELECTRA throughput:" in proc.stdout

@@ -329,7 +329,7 @@ def test_reference_models_and_batches_are_ours(e2e):
     parameter count, and train on exactly the batches our trainer reads."""
     import tensorflow as tf
     from benchmarks import rtd_reference as ref
-    from data.pretraining_input import find_shards
+    from data.tfrecord_io import find_shards
     from pretrain.task import make_core
     hp, _ = he.load_hparams(e2e["model_dir"])
     generator, discriminator = ref.build_models(hp)

@@ -1,0 +1,155 @@
+"""The host loop of every training core: TensorFlow's (training/core.py) and JAX's
+(training/jax_core.py) run their compiled steps through this one loop. Pure Python (no TensorFlow).
+
+    result = run_loop(settings, start_step, run_steps, save=..., summarize=..., describe=...,
+                      schedule=..., log=print, label="rte", writer=None)
+    summary = run_summary(settings, result, started_at, extra={...})
+
+A core supplies `run_steps(step) -> (num_steps, {metric: numpy sum over those steps})` (its
+compiled step, one or `steps_this_call` of them) and `save(step) -> checkpoint path`. The loop
+owns what is the same on every backend:
+
+* the non-finite guard: a non-finite loss (or gradient norm, unless loss scaling skips such steps)
+  stops the run before any save, naming the last good checkpoint;
+* a window of metric sums, summarized every `log_every` steps into a record (the objective's
+  fields, lr, grad_norm, seq/s), a progress line with elapsed time and ETA (training/progress.py),
+  TensorBoard scalars (a training/summaries.py writer, when one is given) and a history;
+* saves every `save_every` steps and at the end (also when there was nothing left to train);
+* the run summary's common fields.
+"""
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from training.progress import StepRate, format_duration
+
+
+class TrainingError(RuntimeError):
+    """The run cannot continue; the message is one line for the user."""
+
+
+def steps_this_call(settings, step):
+    """How many steps the next compiled call runs: up to `steps_per_loop`, never past a log or save
+    boundary or the end (so logs, checkpoints and the non-finite guard see those steps)."""
+    s = settings
+    bounds = [s.total_steps, step + max(1, s.steps_per_loop)]
+    for every in (max(1, s.log_every), s.save_every):
+        if every:
+            bounds.append((step // every + 1) * every)
+    return min(bounds) - step
+
+
+def non_finite_message(values, step, *, label="", learning_rate=None, checkpointing=True,
+                       last_saved=None, loss_scaled=False):
+    """The stop message for a non-finite loss or gradient norm (None when both are finite).
+    With loss scaling a non-finite gradient is expected now and then: the step is skipped and the
+    scale lowered."""
+    loss = float(values["loss"])
+    grad_norm = float(values.get("grad_norm", 0.0))
+    if math.isfinite(loss) and (math.isfinite(grad_norm) or loss_scaled):
+        return None
+    what, bad = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
+    prefix = f"{label}: " if label else ""
+    saved = ""
+    if checkpointing:
+        saved = (f"; the last good checkpoint is "
+                 f"{last_saved or 'none (no checkpoint was written)'}")
+    hint = f" (now {learning_rate:g})" if learning_rate is not None else ""
+    return (f"{prefix}non-finite {what} ({bad}) at step {step}: stopped without saving{saved}; "
+            f"try a lower learning_rate{hint} or check the data")
+
+
+@dataclasses.dataclass
+class LoopResult:
+    start_step: int
+    step: int
+    last_saved: object            # the newest checkpoint's path (None: none written or restored)
+    history: list                 # the window records, one per log line
+    train_seconds: float          # the loop itself (data pipeline built, first step included)
+    first_step_seconds: float     # the first call: tracing / compilation
+
+
+def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, save=None,
+             last_saved=None, log=print, label="", writer=None, scalar_prefix="",
+             loss_scaled=False):
+    """Train from `start_step` to `settings.total_steps` with `run_steps`; a LoopResult.
+
+    summarize(window_sums, num_steps) -> the objective's fields of a record; describe(record) ->
+    its part of the progress line; schedule(step) -> the learning rate; save(step) -> the path
+    written (None: no checkpoints); last_saved: the checkpoint restored at `start_step`; writer:
+    a ScalarWriter (None: no TensorBoard). Raises TrainingError on a non-finite loss."""
+    s = settings
+    prefix = f"{label}: " if label else ""
+    loop_start = time.time()
+    rate = StepRate(start_step, s.total_steps)
+    window, window_steps, window_start = None, 0, time.time()
+    history = []
+    step = start_step
+    saved_step = start_step if last_saved is not None else None
+
+    def do_save():
+        nonlocal last_saved, saved_step
+        last_saved, saved_step = save(step), step
+
+    while step < s.total_steps:
+        num, values = run_steps(step)
+        step += num
+        rate.step_done(step)
+        message = non_finite_message(values, step, label=label, learning_rate=s.learning_rate,
+                                     checkpointing=save is not None, last_saved=last_saved,
+                                     loss_scaled=loss_scaled)
+        if message:
+            raise TrainingError(message)
+        window = values if window is None else {k: window[k] + values[k] for k in window}
+        window_steps += num
+        if step % max(1, s.log_every) == 0 or step == s.total_steps:
+            now = time.time()
+            record = {"step": step, **summarize(window, window_steps)}
+            record.setdefault("loss", float(window["loss"]) / window_steps)
+            record["learning_rate"] = float(np.asarray(schedule(step - 1)))
+            record["grad_norm"] = float(window["grad_norm"]) / window_steps
+            record["sequences_per_second"] = window_steps * s.batch_size / max(
+                now - window_start, 1e-9)
+            log(f"{prefix}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%) "
+                f"{describe(record)} | lr {record['learning_rate']:.3g} | "
+                f"{record['sequences_per_second']:.1f} seq/s | elapsed "
+                f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
+            if writer is not None:
+                writer.write({k: v for k, v in record.items() if k != "step"}, step,
+                             prefix=scalar_prefix)
+            history.append(record)
+            window, window_steps, window_start = None, 0, now
+        if save is not None and ((s.save_every and step % s.save_every == 0)
+                                 or step == s.total_steps):
+            do_save()
+    if save is not None and saved_step != step:
+        do_save()   # nothing was left to train: the state still goes out
+    return LoopResult(start_step=start_step, step=step, last_saved=last_saved, history=history,
+                      train_seconds=time.time() - loop_start,
+                      first_step_seconds=rate.first_step_seconds)
+
+
+def run_summary(settings, result, started_at, num_params, extra=None):
+    """The run summary JSON's fields (the caller adds its backend's and writes it)."""
+    s = settings
+    steps_run = result.step - result.start_step
+    first = result.first_step_seconds
+    summary = {
+        "global_step": result.step, "resumed_from_step": result.start_step,
+        "steps_this_run": steps_run, "train_batch_size": s.batch_size,
+        "precision": s.precision, "trainable_parameters": int(num_params),
+        "last_checkpoint": result.last_saved,
+        "wall_seconds": round(time.time() - started_at, 2),
+        "train_seconds": round(result.train_seconds, 2),
+        "first_step_seconds": round(first, 2),
+        "sequences_per_second": round(
+            steps_run * s.batch_size / max(result.train_seconds - first, 1e-9)
+            if steps_run > 1 else 0.0, 2),
+        "first": result.history[0] if result.history else None,
+        "final": result.history[-1] if result.history else None,
+        "history": result.history,
+    }
+    summary.update(extra or {})
+    return summary
