@@ -21,7 +21,7 @@ class EncoderSource:
     """Where encoder weights come from: a checkpoint (read once) or random init."""
 
     def __init__(self, init_checkpoint, hp):
-        from model import ConvBertConfig
+        from finetune.hparams import encoder_config
         from model import checkpoints
         self.path = init_checkpoint
         overrides = dict(hp.model_hparam_overrides)
@@ -29,9 +29,9 @@ class EncoderSource:
             self.format, saved, self.tensors = checkpoints.resolve_checkpoint(init_checkpoint)
             self.config = saved.replace(**overrides) if overrides else saved
             self.config.validate()
-        else:
+        else:  # model_size: a size, a configs/ row or a ConvBertConfig .json file
             self.format, self.tensors = None, None
-            self.config = ConvBertConfig.from_size(hp.model_size, **overrides)
+            self.config = encoder_config(hp.model_size, overrides)
 
     def build(self):
         """A fresh ConvBertModel with the checkpoint's weights (or random ones)."""

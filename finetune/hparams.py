@@ -13,6 +13,11 @@ paper's Table 6):
 Overrides come from `--hparams` (a JSON string or a path to a JSON file) and then from explicit
 command-line flags. An unknown key is an error (as the official `update()`), so typos never pass
 silently. `model_hparam_overrides` changes the encoder config (e.g. a tiny model for tests).
+
+`model_size` may also name a configs/ row ("table1_electra_small"; configs/README.md) or be the
+path of a ConvBertConfig JSON file, resolved as in pre-training (pretrain/hparams.py
+`resolve_model_size`): without --init_checkpoint the encoder is that config's, and the per-size
+learning rate is the one of the official size nearest in hidden size (`recipe_size`).
 """
 from __future__ import annotations
 
@@ -92,11 +97,7 @@ class FinetuneHParams:
         return self
 
     def validate(self, where: str = "hparams"):
-        size = self.model_size.replace("_", "-")
-        if size not in MODEL_SIZES:
-            raise HParamsError(f"{where}: unknown model_size {self.model_size!r}; choose one of "
-                               f"{', '.join(MODEL_SIZES)}")
-        self.model_size = size
+        self.model_size = resolve_model_size(self.model_size, where)[0]
         if not isinstance(self.model_hparam_overrides, dict):
             raise HParamsError(f"{where}: model_hparam_overrides must be a JSON object")
         positive = ("train_batch_size", "eval_batch_size", "predict_batch_size", "num_trials",
@@ -126,7 +127,7 @@ class FinetuneHParams:
         """A copy with every per-size / per-task default (None) filled in."""
         hp = dataclasses.replace(self, model_hparam_overrides=dict(self.model_hparam_overrides))
         if hp.learning_rate is None:
-            hp.learning_rate = _SIZE_LEARNING_RATE[hp.model_size]
+            hp.learning_rate = _SIZE_LEARNING_RATE[recipe_size(hp.model_size)]
         if hp.num_train_epochs is None:
             hp.num_train_epochs = _TASK_EPOCHS.get(task_name, 3.0)
         if hp.max_seq_length is None:
@@ -138,6 +139,40 @@ class FinetuneHParams:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def resolve_model_size(model_size, where="hparams"):
+    """`model_size` -> (key, ConvBertConfig or None): an official size ("medium_small" ->
+    "medium-small") with None, or a configs/ name / ConvBertConfig .json path with its config.
+    One-line HParamsError otherwise (it lists the valid names)."""
+    size = str(model_size).strip().lower().replace("_", "-")
+    if size in MODEL_SIZES:
+        return size, None
+    from pretrain.hparams import HParamsError as PretrainHParamsError
+    from pretrain.hparams import resolve_model_size as resolve
+    try:
+        return resolve(model_size, sizes=MODEL_SIZES)
+    except PretrainHParamsError as e:
+        raise HParamsError(f"{where}: {e}") from None
+
+
+def recipe_size(model_size):
+    """The official size whose fine-tuning defaults `model_size` uses (configs: nearest width)."""
+    size, config = resolve_model_size(model_size)
+    if config is None:
+        return size
+    from pretrain.hparams import recipe_size as nearest
+    return nearest(config)
+
+
+def encoder_config(model_size, overrides=None):
+    """The ConvBertConfig of `model_size` (a size, configs/ name or .json path) + `overrides`."""
+    from model import ConvBertConfig
+    size, config = resolve_model_size(model_size)
+    overrides = dict(overrides or {})
+    if config is None:
+        return ConvBertConfig.from_size(size, **overrides)
+    return config.replace(**overrides) if overrides else config
 
 
 def _coerce(key, current, field, value, where):

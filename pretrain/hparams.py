@@ -19,15 +19,24 @@ no-flags demo / test model (2 layers, hidden 128) with a short schedule. Its pea
 is 1e-4 because, after a 10-step warm-up, 1e-3 leaves the discriminator at the "nothing was
 replaced" prior (AUC 0.5) for the whole run (docs/PRETRAINING.md §6).
 
+`model_size` may also name a config in `configs/` (a row of the paper, e.g.
+"table1_convbert_medium_small_bnk_gl"; configs/README.md) or be the path of a ConvBertConfig
+JSON file (local or any filesystem model/fileio.py knows). The model is then that file's, and the
+training recipe is the one of the official size nearest in hidden size (`recipe_size`); the
+file's embedding_size, num_groups, conv_kernel_size, head_ratio, conv_type and
+max_position_embeddings become the defaults of the matching hparams, and the BERT rows train
+with the MLM objective (`ROW_DEFAULTS`). `--hparams` and flags still override all of these.
+
 An unknown key is an error that lists the valid keys (as the official `update()` does).
 """
 import dataclasses
 import json
 import os
+import re
 from typing import Optional
 
 from model import fileio
-from model.config import ConfigError, read_json_object
+from model.config import CONFIGS_DIR, ConfigError, read_json_object
 from training import PRECISIONS  # fp32, bf16, mixed_float16
 
 OFFICIAL_SIZES = ("small", "medium-small", "base")
@@ -114,11 +123,84 @@ SIZE_DEFAULTS = {
 }
 
 
+# Pre-training defaults of configs/ rows beyond their architecture: the paper's BERT baselines
+# are trained with the BERT (masked-LM) objective, not replaced-token detection.
+ROW_DEFAULTS = {
+    "table1_bert_small": dict(electra_objective=False),
+    "table1_bert_base": dict(electra_objective=False),
+}
+# The ConvBertConfig fields that have an hparam of their own (hparam name -> config field).
+_CONFIG_HPARAMS = dict(embedding_size="embedding_size", linear_groups="num_groups",
+                       conv_kernel_size="conv_kernel_size", head_ratio="head_ratio",
+                       conv_type="conv_type", max_position_embeddings="max_position_embeddings")
+
+
+def config_names():
+    """Names of the configs shipped in configs/ (file names without .json), in natural order."""
+    names = (fileio.basename(p)[:-len(".json")] for p in fileio.list_files(CONFIGS_DIR, "*.json"))
+    return sorted(names, key=lambda n: [int(t) if t.isdigit() else t
+                                        for t in re.split(r"(\d+)", n)])
+
+
+def _stem(key):
+    """"configs/table1_bert_small.json" -> "table1_bert_small" (a name stays as it is)."""
+    base = fileio.basename(key)
+    return base[:-len(".json")] if base.endswith(".json") else base
+
+
+def _load_config(path, key):
+    from model.config import ConvBertConfig
+    try:
+        return ConvBertConfig.from_json(path)
+    except (ConfigError, OSError) as e:
+        raise HParamsError(f"model_size {key!r}: {' '.join(str(e).split())}") from None
+
+
+def resolve_model_size(spec, sizes=MODEL_SIZES):
+    """A `model_size` -> (key, ConvBertConfig or None); a one-line HParamsError if it is none of:
+
+    * one of `sizes` ("small", "medium_small" -> "medium-small", ...): (size, None);
+    * the path of a ConvBertConfig JSON file (local, gs://, ram://): (path, its config);
+    * a configs/ name, with or without ".json" ("table1_electra_small"): (name, its config).
+    """
+    text = str(spec).strip()
+    size = text.lower().replace("_", "-")
+    if size in sizes:
+        return size, None
+    if fileio.isfile(text):
+        return text, _load_config(text, text)
+    names = config_names()
+    name = _stem(text).replace("-", "_")
+    if name in names and fileio.basename(text) == text:
+        return name, _load_config(fileio.join(CONFIGS_DIR, name + ".json"), name)
+    if text.endswith(".json") or "/" in text or os.sep in text:
+        raise HParamsError(f"model_size {text!r}: no such file (give one of {', '.join(sizes)}, "
+                           "a configs/ name or an existing ConvBertConfig .json file)")
+    raise HParamsError(f"unknown model_size {text!r}; choose one of {', '.join(sizes)}, a "
+                       f"configs/ name ({', '.join(names)}) or the path of a ConvBertConfig "
+                       ".json file")
+
+
+def recipe_size(config):
+    """The official size whose training recipe a config's model follows: the nearest in hidden
+    size (256 small, 384 medium-small, 768 base; each ablation row trains like its size)."""
+    from model.config import ConvBertConfig
+    widths = {s: ConvBertConfig.from_size(s).hidden_size for s in OFFICIAL_SIZES}
+    return min(OFFICIAL_SIZES, key=lambda s: abs(widths[s] - config.hidden_size))
+
+
 def normalize_size(size):
-    key = str(size).strip().lower().replace("_", "-")
-    if key not in MODEL_SIZES:
-        raise HParamsError(f"unknown model_size {size!r}; choose one of {', '.join(MODEL_SIZES)}")
-    return key
+    """An official size's key ("medium_small" -> "medium-small"), a configs/ name or the path of
+    a config file (`resolve_model_size`)."""
+    return resolve_model_size(size)[0]
+
+
+def _row_defaults(key, config):
+    """Hparam defaults from a configs/ row or config file: its own values, then ROW_DEFAULTS."""
+    values = {hp_name: getattr(config, field) for hp_name, field in _CONFIG_HPARAMS.items()}
+    values["model_name"] = _stem(key)
+    values.update(ROW_DEFAULTS.get(_stem(key), {}))
+    return values
 
 
 def parse_overrides(text):
@@ -179,14 +261,18 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
             raise HParamsError(f"unknown hparam(s) {', '.join(map(repr, unknown))}; valid keys: "
                                f"{', '.join(sorted(VALID_KEYS))}")
         merged.update({k: v for k, v in source.items() if v is not None or k == "vocab_size"})
-    size = normalize_size(merged.pop("model_size", None) or model_size or "medium-small")
-    values = {**SIZE_DEFAULTS[size], **merged, "model_size": size}
+    size, config = resolve_model_size(merged.pop("model_size", None) or model_size or "medium-small")
+    if config is None:
+        values = {**SIZE_DEFAULTS[size], **merged, "model_size": size}
+    else:  # a configs/ row or a config file: its size's recipe, then the file's own values
+        values = {**SIZE_DEFAULTS[recipe_size(config)], **_row_defaults(size, config), **merged,
+                  "model_size": size}
     if "max_predictions_per_seq" not in merged or merged["max_predictions_per_seq"] is None:
         values["max_predictions_per_seq"] = int((values.get("mask_prob", 0.15) + 0.005)
                                                 * values.get("max_seq_length", 128))
     if size == "tiny" and "model_name" not in merged:
         values["model_name"] = "convbert_demo"
-    elif "model_name" not in merged:
+    elif "model_name" not in merged and config is None:
         values["model_name"] = f"convbert_{size.replace('-', '_')}"
     try:
         hp = PretrainingHParams(**values)
@@ -214,10 +300,13 @@ def model_config(hp, vocab_size):
     if hp.linear_groups is not None:
         fields["num_groups"] = hp.linear_groups
     fields.update(hp.model_hparam_overrides)
+    size, config = resolve_model_size(hp.model_size)
     try:
-        if hp.model_size == "tiny":
+        if size == "tiny":
             return ConvBertConfig(**{**TINY_MODEL, **fields})
-        return ConvBertConfig.from_size(hp.model_size, **fields)
+        if config is not None:  # a configs/ row or a config file
+            return config.replace(**fields)
+        return ConvBertConfig.from_size(size, **fields)
     except (ConfigError, TypeError) as e:
         raise HParamsError(f"model configuration: {e}") from None
 

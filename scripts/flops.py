@@ -2,7 +2,7 @@
 
     python scripts/flops.py                                   # the paper's recipes + comparison
     python scripts/flops.py --config configs/x.json --steps 1e6 --batch 128 --seq 128 --gen 0.25
-    python scripts/flops.py --size base --electra --steps 766000 --batch 256 --seq 512 --gen 0.333
+    python scripts/flops.py --size base --electra --steps 766000 --batch 256 --seq 512 --gen 1/3
 """
 import argparse
 import os
@@ -14,6 +14,15 @@ from model import flops  # noqa: E402
 from model.config import ConvBertConfig  # noqa: E402
 
 
+def fraction(text):
+    """A float or a ratio "a/b" (1/3: the base generator's width, exactly)."""
+    num, _, den = text.partition("/")
+    try:
+        return float(num) / float(den) if den else float(num)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a fraction: {text!r}") from None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="ConvBertConfig JSON")
@@ -22,7 +31,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=float, default=1e6)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--gen", type=float, default=0.25, help="generator hidden-size fraction")
+    ap.add_argument("--gen", type=fraction, default=0.25,
+                    help="generator hidden-size fraction, e.g. 0.25 or 1/3")
     args = ap.parse_args(argv)
     if not (args.config or args.size):
         print(f"{'recipe':22} {'params':>12} {'fwd FLOPs/token':>16} {'pre-train FLOPs':>16} {'paper':>8}")

@@ -89,8 +89,10 @@ def _connect_tpu(tpu, zone=None, project=None, timeout=TPU_CONNECT_TIMEOUT_S):
 
     def connect():
         try:
+            # "local" (a TPU VM's own chips) is the resolver's literal; "" would mean "look in
+            # $TPU_NAME" and fail on a TPU VM.
             resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-                tpu="" if tpu == "local" else tpu, zone=zone, project=project)
+                tpu=tpu, zone=zone, project=project)
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
             outcome["resolver"] = resolver

@@ -142,8 +142,8 @@ def test_tpu_name_alone_reaches_the_resolver(monkeypatch):
     assert FakeResolver.calls == [("resolver", "my-v3-8", "europe-west4-a", "my-project"),
                                   ("connect", "FakeResolver"), ("initialize", "FakeResolver")]
     FakeResolver.calls = []
-    distribution.make_strategy("tpu", tpu="local")        # on a TPU VM: the resolver's ""
-    assert FakeResolver.calls[0] == ("resolver", "", None, None)
+    distribution.make_strategy("tpu", tpu="local")        # on a TPU VM: the resolver's literal
+    assert FakeResolver.calls[0] == ("resolver", "local", None, None)
 
     # A TPU that never answers stops the run within the time limit, naming it.
     def hang(resolver):
