@@ -54,8 +54,9 @@ _flags.DEFINE_string("task_names", None, "Comma list: cola,sst,mrpc,sts,qqp,mnli
                     "squad (SQuAD 2.0),squadv1 (SQuAD 1.1).")
 _flags.DEFINE_string("init_checkpoint", None, "Pre-training model_dir, native export, official TF1 "
                     "checkpoint or Hugging Face ConvBERT dir. None: random weights (WARNING).")
-_flags.DEFINE_string("model_size", None, "small, medium-small or base (default: small). Sets the "
-                    "learning rate and, without a checkpoint, the architecture.")
+_flags.DEFINE_string("model_size", None, "small, medium-small, base, a configs/ row name or a "
+                    ".json config (default: small). Sets the learning rate and, without a "
+                    "checkpoint, the architecture.")
 _flags.DEFINE_string("vocab_file", None, "WordPiece vocab (BERT uncased). Default: vocab.txt next "
                     "to the checkpoint.")
 _flags.DEFINE_string("sp_model", None, "SentencePiece model instead of --vocab_file (the one the "

@@ -30,8 +30,9 @@ from absl import app, flags  # noqa: E402
 from training import define_distribution_flags  # noqa: E402  (TF-free)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_size", None, "small | medium-small | base | tiny (default: tiny for "
-                    "the built-in demo corpus, else medium-small).")
+flags.DEFINE_string("model_size", None, "small | medium-small | base | tiny, a configs/ row name "
+                    "(configs/README.md) or a .json config (default: tiny for the built-in demo "
+                    "corpus, else medium-small).")
 flags.DEFINE_string("model_name", None, "Name of the run (default convbert_<size>).")
 flags.DEFINE_string("data_dir", None, "ELECTRA-style data directory: pretrain_tfrecords/, "
                     "vocab.txt, models/<model_name>.")
