@@ -8,15 +8,17 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["model", "model.*", "data", "data.*", "pretrain",
-                                    "pretrain.*", "finetune", "finetune.*", "reproduce",
-                                    "reproduce.*"]),
+    packages=find_packages(include=["model", "model.*", "data", "data.*", "training",
+                                    "training.*", "pretrain", "pretrain.*", "finetune",
+                                    "finetune.*", "elastic", "elastic.*", "reproduce",
+                                    "reproduce.*", "analysis", "analysis.*"]),
     py_modules=["run_pretraining", "run_finetuning", "run_reproduction"],
     package_data={"": ["*.json"]},
     include_package_data=True,
     install_requires=[
-        "tensorflow==2.21.*",
-        "tensorflow-text==2.21.*",
+        # 2.20 is the newest release tensorflow-tpu ships (the `tpu` extra); 2.21 elsewhere.
+        "tensorflow>=2.20,<2.22",
+        "tensorflow-text>=2.20,<2.22",
         "keras>=3.10",
         "sentencepiece",
         "absl-py",
@@ -30,6 +32,13 @@ setup(
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
         # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
         "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
-        "tpu": ["cloud-tpu-client"],
+        # A TPU VM, TensorFlow runtime: TensorFlow's TPU build at the version it ships
+        # (tensorflow-text 2.20 holds tensorflow at 2.20 too; scripts/setup.sh makes the TPU
+        # build's files win), libtpu held at the oldest release tensorflow-tpu accepts (it asks
+        # ~=0.0.14; the newest, 0.0.52, aborts TensorFlow 2.20 at import, 0.0.14 loads) and the
+        # TPU resolver's client.
+        # Keras-on-JAX's runtime (`jax[tpu]`, a newer libtpu) needs a venv of its own: docs/TPU.md §3.
+        "tpu": ["tensorflow-tpu==2.20.*", "tensorflow-text==2.20.*", "libtpu==0.0.14",
+                "cloud-tpu-client"],
     },
 )

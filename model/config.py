@@ -7,7 +7,8 @@ Head arithmetic follows the official TF1 code (`attention_layer` in yitu-opensou
 Hugging Face: the head size is `hidden_size // num_attention_heads`, the model keeps
 `num_attention_heads // head_ratio` self-attention heads (at least 1) and as many convolution heads.
 At `head_ratio=2` (every released model) this is identical to Hugging Face; at other ratios HF uses a
-different head size (see docs/MODEL.md).
+different head size (see docs/MODEL.md). `num_heads_per_kind` overrides N; only sub-networks cut
+from an elastic model set it (elastic/extract.py).
 """
 import dataclasses
 import json
@@ -83,6 +84,10 @@ class ConvBertConfig:
     type_vocab_size: int = 2
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
+    # N given explicitly instead of derived from num_attention_heads / head_ratio: a sub-network cut
+    # from an elastic model (elastic/extract.py) whose head count does not divide the heads, e.g.
+    # 3 of medium-small's 4. None (every ordinary config) = the official arithmetic.
+    num_heads_per_kind: Optional[int] = None
 
     def __post_init__(self):
         if self.embedding_size is None:
@@ -98,7 +103,10 @@ class ConvBertConfig:
 
     @property
     def num_self_attention_heads(self) -> int:
-        """N: self-attention heads kept after the head_ratio bottleneck (official: at least 1)."""
+        """N: self-attention heads kept after the head_ratio bottleneck (official: at least 1), or
+        `num_heads_per_kind` when set."""
+        if self.num_heads_per_kind is not None:
+            return self.num_heads_per_kind
         return max(1, int(self.num_attention_heads / self.head_ratio))
 
     @property
@@ -127,6 +135,11 @@ class ConvBertConfig:
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value > 0,
                  f"{name} must be a positive integer, got {value!r}")
+        need(self.num_heads_per_kind is None or (
+            isinstance(self.num_heads_per_kind, int) and not isinstance(self.num_heads_per_kind, bool)
+            and 0 < self.num_heads_per_kind <= self.num_attention_heads),
+             f"num_heads_per_kind must be null (derived from head_ratio) or an integer in "
+             f"[1, num_attention_heads = {self.num_attention_heads}], got {self.num_heads_per_kind!r}")
         need(self.conv_type in CONV_TYPES,
              f"unknown conv_type {self.conv_type!r}; choose one of {', '.join(CONV_TYPES)}")
         need(isinstance(self.use_self_attention, bool),

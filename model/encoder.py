@@ -5,6 +5,7 @@
     out = model(inputs, output_hidden_states=True, output_attentions=True)
     out["hidden_states"]    # [encoder input, layer 1 output, ..., layer L output]
     out["attention_probs"]  # per layer, the self-attention probabilities [B, N, T, T]
+    model(inputs, head_mask=m)  # m [layers, heads]: each head's output scaled (elastic/importance.py)
 
 Weights are also addressable by their official TF1 names (`weight_map`), which is how the
 Hugging Face, TF1 and native checkpoint formats are read and written (model/checkpoints.py).
@@ -64,7 +65,8 @@ class ConvBertModel(PretrainedIO, keras.Model):
             layer.build((None, None, cfg.hidden_size))
         self.built = True
 
-    def call(self, inputs, training=None, output_hidden_states=False, output_attentions=False):
+    def call(self, inputs, training=None, output_hidden_states=False, output_attentions=False,
+             head_mask=None):
         input_ids = inputs["input_ids"]
         input_mask = inputs.get("input_mask")
         if input_mask is None:
@@ -75,8 +77,9 @@ class ConvBertModel(PretrainedIO, keras.Model):
             hidden = self.embeddings_project(hidden)
         bias = attention_bias_from_mask(input_mask, hidden.dtype)
         hidden_states, attention_probs = [hidden], []
-        for layer in self.encoder_layers:
-            hidden = layer(hidden, bias, training=training, return_attention_probs=output_attentions)
+        for i, layer in enumerate(self.encoder_layers):
+            hidden = layer(hidden, bias, training=training, return_attention_probs=output_attentions,
+                           head_mask=None if head_mask is None else head_mask[i])
             if output_attentions:
                 hidden, probs = hidden
                 if probs is not None:

@@ -67,7 +67,8 @@ class MixedAttention(keras.layers.Layer):
             layers.append(self.span_dynamic_conv.conv_attn_point)
         return layers
 
-    def call(self, hidden, attention_bias=None, training=None, return_attention_probs=False):
+    def call(self, hidden, attention_bias=None, training=None, return_attention_probs=False,
+             head_mask=None):
         """Same math as the reference formulation (see `call_reference`), arranged for speed:
 
         * Q, K, V and the conv values share their input: their four kernels are concatenated at
@@ -77,12 +78,18 @@ class MixedAttention(keras.layers.Layer):
         * the 1/sqrt(d) scale is applied to q ([T, d]) instead of the scores ([T, T]);
         * the convolution heads are a band matmul (short T), blocked band matmuls (long T) or a
           fused shifted sum (XLA), never the K-times larger unfold (unless asked for).
+
+        `head_mask` (default None: not used): [heads] factors, self-attention heads first, then
+        convolution heads, each multiplying its head's d output channels before the output dense;
+        its gradient is the head importance of elastic/importance.py.
         """
         from model.span_dynamic_conv import (_DYNAMIC_CONV, BAND_BLOCK, band_matrix,
                                              dynamic_conv_blocked_band_heads_first,
                                              resolve_implementation)
         if not self.use_self_attention:  # convolution-only ablation: the query only feeds the kernel
             context = self.span_dynamic_conv((hidden, self.query(hidden)))
+            if head_mask is not None:
+                context = self._mask_heads(context, head_mask)
             return (context, None) if return_attention_probs else context
         batch, seq_len = ops.shape(hidden)[0], ops.shape(hidden)[1]
         n, d = self.num_heads, self.head_size
@@ -144,9 +151,15 @@ class MixedAttention(keras.layers.Layer):
             context = ops.concatenate(
                 [ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width)), conv],
                 axis=-1)
+        if head_mask is not None:
+            context = self._mask_heads(context, head_mask)
         if return_attention_probs:
             return context, probs
         return context
+
+    def _mask_heads(self, context, head_mask):
+        """context [B, T, heads * d] with head h's d channels scaled by head_mask[h]."""
+        return context * ops.repeat(ops.cast(head_mask, context.dtype), self.head_size, axis=0)
 
     def call_reference(self, hidden, attention_bias=None, training=None):
         """The straightforward formulation (separate projections, unfold-free layer call)."""

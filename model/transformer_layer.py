@@ -70,9 +70,12 @@ class ConvBertLayer(keras.layers.Layer):
         self.output_dense.build((*input_shape[:-1], self._args["intermediate_size"]))
         self.output_layer_norm.build((*input_shape[:-1], hidden))
 
-    def call(self, hidden, attention_bias=None, training=None, return_attention_probs=False):
+    def call(self, hidden, attention_bias=None, training=None, return_attention_probs=False,
+             head_mask=None):
+        """`head_mask`: optional [heads] factors on the attention heads' outputs (MixedAttention)."""
         context = self.attention(hidden, attention_bias, training=training,
-                                 return_attention_probs=return_attention_probs)
+                                 return_attention_probs=return_attention_probs,
+                                 head_mask=head_mask)
         if return_attention_probs:
             context, probs = context  # probs is None for a convolution-only model
         attention_out = self.attention_layer_norm(
