@@ -29,11 +29,16 @@ from benchmarks import common  # noqa: E402
 SHAPES = [(1, 128), (8, 128), (1, 512), (8, 512)]
 
 
-def flops_ratio(seq_len, hidden=768, heads=12):
+def block_configs(hidden=768, heads=12):
+    """(self-attention, mixed) ConvBertConfigs of the two timed blocks, for model/flops.py."""
     from model.config import ConvBertConfig
-    from model.flops import attention_flops
     mixed = ConvBertConfig(hidden_size=hidden, num_attention_heads=heads)
-    self_ = mixed.replace(head_ratio=1, conv_type="none")
+    return mixed.replace(head_ratio=1, conv_type="none"), mixed
+
+
+def flops_ratio(seq_len, hidden=768, heads=12):
+    from model.flops import attention_flops
+    self_, mixed = block_configs(hidden, heads)
     return sum(attention_flops(mixed, seq_len).values()) / sum(attention_flops(self_, seq_len).values())
 
 
@@ -55,6 +60,8 @@ def measure(mode, shapes, impls, rounds, bf16=False, backward=False, hidden=768,
     for name, block in blocks.items():
         if backend == "tensorflow":
             fns_for[name] = common.tf_block_step(block, backward, jit_compile=(mode == "tf-xla"))
+            if mode == "tf-eager":  # the same step, op by op
+                fns_for[name] = fns_for[name].python_function
         else:
             import jax
             from keras import ops
@@ -99,7 +106,8 @@ def measure(mode, shapes, impls, rounds, bf16=False, backward=False, hidden=768,
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--modes", default="tf-graph,tf-xla,jax",
-                    help="comma list of tf-graph (tf.function), tf-xla (jit_compile), jax (jax.jit)")
+                    help="comma list of tf-graph (tf.function), tf-xla (jit_compile), tf-eager "
+                         "(op by op), jax (jax.jit)")
     ap.add_argument("--impls", default="auto,band,shifted_sum,unfold")
     ap.add_argument("--shapes", default=",".join(f"{b}x{s}" for b, s in SHAPES))
     ap.add_argument("--rounds", type=int, default=15)
