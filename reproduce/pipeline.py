@@ -9,7 +9,8 @@ when its result is already there, so rerunning the same command resumes the repr
     <output_dir>/
       vocab.txt                              only when no --vocab_file is given (learned)
       shards/<corpus name>/                  TFRecord shards, one directory per corpus directory
-      pretrain/{convbert,electra}/           run_pretraining.py model_dirs (resume inside a stage)
+      pretrain/{convbert,electra}/           run_pretraining.py model_dirs (resume inside a stage;
+                                             one per entry of `pretrained`, the recipe's by default)
       pretrain/<model>/heldout_curve.jsonl   the fixed held-out batch at every checkpoint
       reference/                             optional: the PyTorch ELECTRA reference (--reference)
       finetune/<model>/                      run_finetuning.py model_dirs (results/)
@@ -30,7 +31,6 @@ import tensorflow as tf
 from reproduce.recipes import GLUE_TASKS, MODELS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRETRAINED = ("convbert", "electra")
 DONE_FILE = "stage_done.json"  # written when a stage without its own record ends
 
 
@@ -45,8 +45,15 @@ def _say(message):
 class Reproduction:
     def __init__(self, recipe, output_dir, corpus_dirs, glue_dir, vocab_file=None,
                  vocab_size=30522, num_shards=16, build_processes=2, models=MODELS, tasks=None, seed=0,
-                 reference=False, pretrain_flags=(), finetune_flags=(), log=_say):
+                 reference=False, pretrain_flags=(), finetune_flags=(), log=_say, pretrained=None,
+                 heldout_curves=True):
+        """`pretrained`: {name: recipes.PretrainedModel} of the models to pre-train (default: the
+        recipe's ConvBERT and ELECTRA); `models`: which names are fine-tuned (those of
+        `pretrained`, and "random": the recipe's ConvBERT with random weights).
+        `heldout_curves`: score every kept checkpoint on the held-out batch."""
         self.recipe = recipe
+        self.pretrained = dict(recipe.pretrained_models() if pretrained is None else pretrained)
+        self.heldout_curves = heldout_curves
         self.out = str(output_dir)
         self.corpus_dirs = list(corpus_dirs)
         self.glue_dir = glue_dir
@@ -85,11 +92,16 @@ class Reproduction:
 
     def present_tasks(self):
         """The five GLUE tasks with a train split under --glue_dir (QNLI/MNLI/QQP need one)."""
+        from data.errors import DataError
         from finetune.glue.readers import task_file
-        if not self.glue_dir:
-            return []
-        return [t for t in GLUE_TASKS
-                if tf.io.gfile.exists(str(task_file(self.glue_dir, t, "train")))]
+        present = []
+        for task in GLUE_TASKS if self.glue_dir else ():
+            try:
+                task_file(self.glue_dir, task, "train")   # raises when the file is not there
+            except DataError:
+                continue
+            present.append(task)
+        return present
 
     # ------------------------------------------------------------------ running drivers
     def _run(self, stage, args):
@@ -176,6 +188,7 @@ class Reproduction:
 
     def pretrain(self, model):
         model_dir = self.pretrain_dir(model)
+        spec = self.pretrained[model]
         steps = self.recipe.pretrain["num_train_steps"]
         if self._finished_pretraining(model_dir, steps):
             self.log(f"[pretrain_{model}] finished ({steps} steps), skipped")
@@ -184,8 +197,8 @@ class Reproduction:
         self._run(f"pretrain_{model}", [
             "run_pretraining.py", f"--pretrain_tfrecords={','.join(train)}",
             f"--vocab_file={self.vocab_file}", f"--model_dir={model_dir}",
-            f"--model_size={self.recipe.model_size}", f"--model_name={model}",
-            f"--seed={self.seed}", f"--hparams={json.dumps(self.recipe.pretrain_hparams(model))}",
+            f"--model_size={spec.model_size}", f"--model_name={model}",
+            f"--seed={self.seed}", f"--hparams={json.dumps(spec.hparams)}",
             *self.pretrain_flags])
 
     @staticmethod
@@ -292,10 +305,10 @@ class Reproduction:
                  f"{self.out}")
         self.build_vocab()
         self.build_shards()
-        pretrained = [m for m in self.models if m in PRETRAINED]
+        pretrained = [m for m in self.models if m in self.pretrained]
         for model in pretrained:
             self.pretrain(model)
-        for model in pretrained:
+        for model in pretrained if self.heldout_curves else ():
             self.heldout_curve(model)
         if self.reference:
             self.reference_run()

@@ -20,7 +20,16 @@ import dataclasses
 # The BERT-architecture ELECTRA baseline: every head is a self-attention head, no convolution.
 ELECTRA_ARCHITECTURE = {"conv_type": "none", "head_ratio": 1}
 MODELS = ("convbert", "electra", "random")
+PRETRAINED = ("convbert", "electra")      # the models of MODELS that are pre-trained
 GLUE_TASKS = ("cola", "sst", "mrpc", "sts", "rte")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedModel:
+    """One model to pre-train: run_pretraining.py's --model_size and --hparams (a reproduction
+    pre-trains a {name: PretrainedModel} mapping; analysis/ablation.py hands it one per variant)."""
+    model_size: str
+    hparams: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +60,11 @@ class Recipe:
         if model == "electra":
             overrides.update(ELECTRA_ARCHITECTURE)
         return {**self.pretrain, "model_hparam_overrides": overrides}
+
+    def pretrained_models(self):
+        """{name: PretrainedModel}: ConvBERT and the ELECTRA baseline at this recipe's size."""
+        return {model: PretrainedModel(self.model_size, self.pretrain_hparams(model))
+                for model in PRETRAINED}
 
 
 RECIPES = {

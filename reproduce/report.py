@@ -12,6 +12,8 @@ import os
 
 import tensorflow as tf
 
+from analysis.plots import pyplot, save_figure
+
 TASK_TITLES = {"cola": "CoLA (MCC)", "sst": "SST-2 (acc)", "mrpc": "MRPC (acc)",
                "sts": "STS-B (Spearman)", "rte": "RTE (acc)"}
 MODEL_TITLES = {"convbert": "ConvBERT", "electra": "ELECTRA (BERT architecture)",
@@ -40,6 +42,19 @@ def task_summary(finetune_dir, task):
     return summarize_trials([_read_json(p)["metrics"] for p in files])
 
 
+def pretraining_record(model_dir):
+    """The run summary's numbers and the held-out curve of one pre-training model_dir, or None
+    before the run has finished."""
+    path = os.path.join(model_dir, "pretraining_summary.json")
+    if not tf.io.gfile.exists(path):
+        return None
+    s = _read_json(path)
+    return {"global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
+            "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
+            "final_window": s["final"], "history": s["history"],
+            "heldout": _read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
+
+
 def collect(repro):
     """Every number of the reproduction as one JSON-able dict."""
     from finetune.glue.metrics import PAPER_METRIC
@@ -53,15 +68,9 @@ def collect(repro):
                                      "summary": summary}
     pretraining = {}
     for model in ("convbert", "electra"):
-        path = os.path.join(repro.pretrain_dir(model), "pretraining_summary.json")
-        if model in repro.models and tf.io.gfile.exists(path):
-            s = _read_json(path)
-            pretraining[model] = {
-                "global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
-                "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
-                "final_window": s["final"], "history": s["history"],
-                "heldout": _read_jsonl(os.path.join(repro.pretrain_dir(model),
-                                                    "heldout_curve.jsonl"))}
+        record = pretraining_record(repro.pretrain_dir(model))
+        if model in repro.models and record is not None:
+            pretraining[model] = record
     _, heldout = repro.shard_files()
     return {"scale": repro.recipe.scale, "tasks": list(repro.tasks), "models": list(repro.models),
             "heldout_shards": heldout,
@@ -91,7 +100,6 @@ def pretraining_helps(glue):
 
 
 def markdown(data):
-    from finetune.glue.metrics import PAPER_METRIC  # noqa: F401  (metric names in the header)
     tasks = data["tasks"]
     lines = [f"GLUE dev, scale `{data['scale']}`: median over {data['num_trials']} fine-tuning "
              "seeds, (mean ± std); CoLA MCC, STS-B Spearman, accuracy otherwise; Avg of the "
@@ -131,9 +139,7 @@ def markdown(data):
 
 
 def plot_pretraining(data, png):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for model, p in data["pretraining"].items():
         color, title = COLORS[model], MODEL_TITLES[model]
@@ -160,13 +166,11 @@ def plot_pretraining(data, png):
         ax.legend(fontsize=7)
     fig.suptitle(f"Pre-training curves, scale {data['scale']}")
     fig.tight_layout()
-    _save(fig, png)
+    save_figure(fig, png)
 
 
 def plot_glue(data, png):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
     tasks = data["tasks"]
     models = [m for m in data["models"] if data["glue"].get(m)]
@@ -192,18 +196,7 @@ def plot_glue(data, png):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, png)
-
-
-def _save(fig, png):
-    import io
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    with tf.io.gfile.GFile(png + ".tmp", "wb") as f:
-        f.write(buffer.getvalue())
-    tf.io.gfile.rename(png + ".tmp", png, overwrite=True)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def _write_text(path, text):
