@@ -15,9 +15,14 @@ span-based dynamic convolution, sharing the query) and optionally grouped FFN; t
   `ConvBertModel.from_pretrained` loads (Hugging Face format only with every head), and its
   parameters and FLOPs.
 
-Still to come (later parts of issue 17): width- and depth-adaptive distillation training
-(DynaBERT-W and DynaBERT), the (width, depth) evaluation grid, elastic pre-training and
-docs/DYNABERT.md.
+* `train.py`: DynaBERT-W and DynaBERT (width- then depth-adaptive distillation from the fixed
+  fine-tuned teacher) as a Task of the training core; optional hard-label "final" phase.
+* `grid.py`: every (width, depth) cell on a GLUE dev set, DynaBERT-trained and plain, with
+  parameters and FLOPs: grid.md, grid.json, grid.png.
+* `run.py`: the command (`python -m elastic.run`): rewire, train the phases per seed, the grid.
 
-Depends on model/ only; nothing in model/ imports it.
+Layering: the model-level modules (importance, rewire, slicing, extract) depend on model/ only;
+train/run/grid add the training core, GLUE fine-tuning and the tokenizer. Nothing in model/
+imports elastic/ (tests/elastic/test_extract.py `test_layering`). Still to come in issue 17:
+elastic pre-training. docs/DYNABERT.md has the method, the choices and the commands.
 """

@@ -78,6 +78,27 @@ def to_predictions(task, logits):
     return np.argmax(logits, axis=-1)
 
 
+class _EncoderWithHead:
+    """The encoder's weights plus the head's under `task_specific/<task>/` (official names):
+    `ConvBertModel.from_pretrained` reads the encoder and skips the head; elastic/train.py reads
+    both (the DynaBERT teacher)."""
+
+    def __init__(self, encoder, head, task):
+        self.config, self.encoder, self.head, self.task = encoder.config, encoder, head, task
+
+    def weight_map(self):
+        names = dict(self.encoder.weight_map())
+        names.update({f"task_specific/{self.task}/{k}": v
+                      for k, v in self.head.weight_map().items()})
+        return names
+
+
+def save_finetuned_model(encoder, head, task, directory):
+    """Encoder + task head as one native checkpoint in `directory`."""
+    from model import checkpoints
+    return checkpoints.save_pretrained(_EncoderWithHead(encoder, head, task), directory)
+
+
 class GlueData:
     """The examples of one GLUE task, read (and checked) before any model work."""
 
@@ -168,7 +189,8 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
                                                      ["logits"]))
                                      for stem, ex, f in predict_sets])
         if hp.save_finetuned_model:
-            trainer.encoder.save_pretrained(os.path.join(model_dir, "finetuned", task + trial.suffix))
+            save_finetuned_model(trainer.encoder, trainer.head, task,
+                                 os.path.join(model_dir, "finetuned", task + trial.suffix))
     # Trial summaries.
     if hp.num_trials > 1:
         for key, metrics_list in trial_metrics.items():
