@@ -11,8 +11,8 @@ setup(
     packages=find_packages(include=["model", "model.*", "data", "data.*", "training",
                                     "training.*", "pretrain", "pretrain.*", "finetune",
                                     "finetune.*", "elastic", "elastic.*", "reproduce",
-                                    "reproduce.*", "analysis", "analysis.*"]),
-    py_modules=["run_pretraining", "run_finetuning", "run_reproduction"],
+                                    "reproduce.*", "analysis", "analysis.*", "lm", "lm.*"]),
+    py_modules=["run_pretraining", "run_finetuning", "run_reproduction", "run_lm"],
     package_data={"": ["*.json"]},
     include_package_data=True,
     install_requires=[

@@ -76,6 +76,9 @@ class ConvBertConfig:
     # False drops the self-attention heads: a convolution-only model (only the query stays, as
     # the kernel generator's input). Not in the official code; an ablation.
     use_self_attention: bool = True
+    # True: a left-to-right model (the language model, lm/): self-attention masked to keys ≤ t,
+    # the convolutions (dynamic and span-key) padded with K-1 zeros on the left only.
+    causal: bool = False
     intermediate_size: int = 3072
     hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
@@ -144,6 +147,7 @@ class ConvBertConfig:
              f"unknown conv_type {self.conv_type!r}; choose one of {', '.join(CONV_TYPES)}")
         need(isinstance(self.use_self_attention, bool),
              f"use_self_attention must be true or false, got {self.use_self_attention!r}")
+        need(isinstance(self.causal, bool), f"causal must be true or false, got {self.causal!r}")
         need(self.use_self_attention or self.conv_type != "none",
              "use_self_attention=false needs a convolution (conv_type other than 'none')")
         need(self.hidden_size % self.num_attention_heads == 0,

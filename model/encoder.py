@@ -49,7 +49,7 @@ class ConvBertModel(PretrainedIO, keras.Model):
                           config.conv_kernel_size, config.hidden_act, config.hidden_dropout_prob,
                           config.attention_probs_dropout_prob, config.initializer_range,
                           config.layer_norm_eps, conv_implementation,
-                          config.use_self_attention, name=f"layer_{i}")
+                          config.use_self_attention, causal=config.causal, name=f"layer_{i}")
             for i in range(config.num_hidden_layers)]
         self.build()
 

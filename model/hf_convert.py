@@ -141,6 +141,9 @@ def config_to_hf(config: ConvBertConfig) -> dict:
     if config.conv_type != "sdconv" or not config.use_self_attention:
         raise ConfigError(f"Hugging Face ConvBERT has no conv_type {config.conv_type!r} "
                           "(only span-based dynamic convolution); save with format='keras'")
+    if config.causal:
+        raise ConfigError("Hugging Face ConvBERT has no causal (language model) variant; save with "
+                          "format='keras'")
     d = {k: getattr(config, k) for k in _SHARED_CONFIG_FIELDS}
     if hf_head_size(d) != config.head_size or config.context_width != config.hidden_size:
         raise ConfigError(f"head_ratio {config.head_ratio} with {config.num_attention_heads} heads "

@@ -6,6 +6,9 @@ added beside them. The output is concat([attention heads, convolution heads]) �
 first, as in the official code — which the caller projects back to H. With conv_type "none" there
 are no convolution heads (the paper's "+BNK" bottleneck-only model); head_ratio=1 with "none" is
 plain BERT / ELECTRA self-attention.
+
+`causal=True` (the language model, lm/): query t only attends to keys ≤ t (a causal bias added to
+the padding bias) and the convolution heads are causal (model/span_dynamic_conv.py).
 """
 import math
 
@@ -25,11 +28,18 @@ def attention_bias_from_mask(input_mask, dtype="float32"):
     return ops.reshape((1.0 - mask) * MASKED_KEY_BIAS, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
 
 
+def causal_attention_bias(seq_len, dtype="float32"):
+    """[1, 1, T, T] additive bias: MASKED_KEY_BIAS on keys after the query (s > t), else 0."""
+    positions = ops.arange(seq_len)
+    future = ops.cast(ops.greater(positions[None, :], positions[:, None]), dtype)
+    return ops.reshape(future * MASKED_KEY_BIAS, (1, 1, seq_len, seq_len))
+
+
 @keras.saving.register_keras_serializable(package="convbert")
 class MixedAttention(keras.layers.Layer):
     def __init__(self, num_heads, head_size, conv_type="sdconv", conv_kernel_size=9,
                  attention_probs_dropout_prob=0.1, initializer_range=0.02,
-                 conv_implementation="auto", use_self_attention=True, **kwargs):
+                 conv_implementation="auto", use_self_attention=True, causal=False, **kwargs):
         super().__init__(**kwargs)
         if not use_self_attention and conv_type == "none":
             raise ValueError("MixedAttention needs self-attention or convolution heads")
@@ -41,6 +51,7 @@ class MixedAttention(keras.layers.Layer):
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
         self.initializer_range = initializer_range
         self.conv_implementation = conv_implementation
+        self.causal = bool(causal)
         width = num_heads * head_size
         init = truncated_normal(initializer_range)
         self.query = keras.layers.Dense(width, kernel_initializer=init, name="query")
@@ -52,7 +63,7 @@ class MixedAttention(keras.layers.Layer):
             self.span_dynamic_conv = SpanDynamicConv(
                 num_heads, head_size, conv_kernel_size, conv_type=conv_type,
                 initializer_range=initializer_range, implementation=conv_implementation,
-                name="span_dynamic_conv")
+                causal=causal, name="span_dynamic_conv")
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value)[:3 if self.use_self_attention else 1]:
@@ -106,8 +117,7 @@ class MixedAttention(keras.layers.Layer):
         q, k, values = ops.split(heads, [1, 2], axis=1)     # values: V (and V_conv) [B, P-2, N, T, d]
         q = ops.squeeze(q, 1) * ops.cast(1.0 / math.sqrt(d), dtype)
         scores = ops.einsum("bnqd,bnkd->bnqk", q, ops.squeeze(k, 1))
-        if attention_bias is not None:
-            scores = scores + ops.cast(attention_bias, scores.dtype)
+        scores = self._add_biases(scores, attention_bias)
         probs = ops.softmax(scores, axis=-1)
         dropped = self.probs_dropout(probs, training=training)
         sdc = self.span_dynamic_conv
@@ -130,7 +140,7 @@ class MixedAttention(keras.layers.Layer):
                 # adjacent in the projection, so the right operand is a free reshape and the
                 # result is already the concatenated context (attention channels first, as the
                 # official code).
-                band = band_matrix(conv_kernel)                                 # [B, N, T, T]
+                band = band_matrix(conv_kernel, self.causal)                    # [B, N, T, T]
                 mixers = ops.concatenate([dropped, ops.cast(band, dropped.dtype)], axis=1)
                 values = ops.reshape(values, (batch, 2 * n, seq_len, d))
                 context = ops.matmul(mixers, values)                            # [B, 2N, T, d]
@@ -139,14 +149,15 @@ class MixedAttention(keras.layers.Layer):
                 # both halves stay heads-first, concatenated over heads as above.
                 value, conv_value = (ops.squeeze(v, 1) for v in ops.split(values, 2, axis=1))
                 conv = dynamic_conv_blocked_band_heads_first(
-                    conv_value, ops.cast(conv_kernel, dtype), BAND_BLOCK)       # [B, N, T, d]
+                    conv_value, ops.cast(conv_kernel, dtype), BAND_BLOCK, self.causal)
                 context = ops.concatenate([ops.matmul(dropped, value), conv], axis=1)
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
         else:
             context = ops.matmul(dropped, ops.squeeze(ops.split(values, 2, axis=1)[0], 1))
             conv_values = ops.reshape(ops.split(proj, [3 * width], axis=-1)[1],
                                       (batch, seq_len, n, d))
-            conv = ops.reshape(_DYNAMIC_CONV[implementation](conv_values, conv_kernel),
+            conv = ops.reshape(_DYNAMIC_CONV[implementation](conv_values, conv_kernel,
+                                                             causal=self.causal),
                                (batch, seq_len, width))
             context = ops.concatenate(
                 [ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, width)), conv],
@@ -156,6 +167,14 @@ class MixedAttention(keras.layers.Layer):
         if return_attention_probs:
             return context, probs
         return context
+
+    def _add_biases(self, scores, attention_bias):
+        """scores [B, N, T, T] + the padding bias (when given) + the causal bias (when causal)."""
+        if attention_bias is not None:
+            scores = scores + ops.cast(attention_bias, scores.dtype)
+        if self.causal:
+            scores = scores + causal_attention_bias(ops.shape(scores)[-1], scores.dtype)
+        return scores
 
     def _mask_heads(self, context, head_mask):
         """context [B, T, heads * d] with head h's d channels scaled by head_mask[h]."""
@@ -173,8 +192,7 @@ class MixedAttention(keras.layers.Layer):
 
         q, k, v = heads(query), heads(self.key(hidden)), heads(self.value(hidden))
         scores = ops.einsum("bqnd,bknd->bnqk", q, k) * (1.0 / math.sqrt(self.head_size))
-        if attention_bias is not None:
-            scores = scores + ops.cast(attention_bias, scores.dtype)
+        scores = self._add_biases(scores, attention_bias)
         probs = ops.softmax(scores, axis=-1)
         context = ops.einsum("bnqk,bknd->bqnd", self.probs_dropout(probs, training=training), v)
         context = ops.reshape(context, (batch, seq_len, self.num_heads * self.head_size))
@@ -200,4 +218,4 @@ class MixedAttention(keras.layers.Layer):
                 "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
                 "initializer_range": self.initializer_range,
                 "conv_implementation": self.conv_implementation,
-                "use_self_attention": self.use_self_attention}
+                "use_self_attention": self.use_self_attention, "causal": self.causal}

@@ -13,6 +13,13 @@ their own projection (`conv_attn_point`), not from the self-attention V; the que
 *unscaled* query as self-attention; the convolution sees padding tokens (no mask) and zero-pads only
 at the sequence edges; the depthwise kernel is initialised with stddev 1/K.
 
+`causal=True` (the language model, lm/): every tap only reads positions ≤ t, i.e. left padding
+of K-1 instead of (K-1)/2 on each side (fairseq's decoder convs, `padding_l = K-1`), for the
+dynamic convolution in every implementation (the band becomes lower-banded) and for the span-aware
+key's depthwise convolution:
+
+    out[t]   = Σ_k kernel[t, k] · values[t + k - (K-1)]
+
 `conv_type` selects the paper's Table 2 variants:
   * "sdconv"      kernel from query ⊙ span-aware key (ConvBERT);
   * "dynamic"     kernel from the token alone, W_f·query (Wu et al.'s dynamic convolution);
@@ -33,17 +40,25 @@ BAND_MAX_LENGTH = 256
 BAND_BLOCK = 64
 
 
-def dynamic_conv_shifted_sum(values, kernel):
+def edge_padding(kernel_size, causal=False):
+    """(left, right) zero padding of a K-tap convolution over time: (K-1)/2 each side ('same'),
+    or K-1 on the left only (causal: tap k reads position t + k - (K-1) ≤ t)."""
+    if causal:
+        return kernel_size - 1, 0
+    return (kernel_size - 1) // 2, (kernel_size - 1) // 2
+
+
+def dynamic_conv_shifted_sum(values, kernel, causal=False):
     """Per-token, per-head convolution without a K-times larger intermediate tensor.
 
     values: [B, T, N, d]; kernel: [B, T, N, K] (or broadcastable, e.g. [1, 1, N, K]).
-    Returns [B, T, N, d] with out[b,t,n,:] = Σ_k kernel[b,t,n,k] · values[b, t+k-(K-1)/2, n, :].
+    Returns [B, T, N, d] with out[b,t,n,:] = Σ_k kernel[b,t,n,k] · values[b, t+k-left, n, :],
+    left = (K-1)/2, or K-1 when `causal`.
     The sum of K shifted slices fuses into one pass under XLA; its gradient is again a shifted sum.
     """
     kernel_size = kernel.shape[-1]
-    pad = (kernel_size - 1) // 2
     seq_len = ops.shape(values)[1]
-    padded = ops.pad(values, [[0, 0], [pad, pad], [0, 0], [0, 0]])
+    padded = ops.pad(values, [[0, 0], list(edge_padding(kernel_size, causal)), [0, 0], [0, 0]])
     out = None
     for k in range(kernel_size):
         term = padded[:, k:k + seq_len] * kernel[..., k:k + 1]
@@ -65,16 +80,17 @@ def _cut(x, start, stop, axis):
     return x[tuple(index)]
 
 
-def band_matrix(kernel):
-    """[..., T, K] per-row kernels -> [..., T, T] band matrix W[t, s] = kernel[t, s - t + (K-1)/2].
+def band_matrix(kernel, causal=False):
+    """[..., T, K] per-row kernels -> [..., T, T] band matrix W[t, s] = kernel[t, s - t + left].
 
-    The skewed rows (`skewed_rows`) with the (K-1)/2 edge columns cut off on each side: entries
+    The skewed rows (`skewed_rows`) with the `left` = (K-1)/2 edge columns cut off on each side
+    (causal: the K-1 first columns, leaving a lower-banded matrix, W[t, s] = 0 for s > t): entries
     outside [0, K) are zero, which is exactly the zero padding at the sequence edges. Works for
     T < K too.
     """
-    pad = (kernel.shape[-1] - 1) // 2
+    left = edge_padding(kernel.shape[-1], causal)[0]
     seq_len = ops.shape(kernel)[-2]
-    return _cut(skewed_rows(kernel), pad, pad + seq_len, -1)                     # [..., T, T]
+    return _cut(skewed_rows(kernel), left, left + seq_len, -1)                   # [..., T, T]
 
 
 def skewed_rows(kernel):
@@ -95,7 +111,7 @@ def skewed_rows(kernel):
     return ops.reshape(_cut(flat, 0, rows * width, -1), (*lead, rows, width))
 
 
-def dynamic_conv_blocked_band_heads_first(values, kernel, block):
+def dynamic_conv_blocked_band_heads_first(values, kernel, block, causal=False):
     """values [B, N, T, d], kernel [B, N, T, K] -> [B, N, T, d] as block-diagonal band matmuls.
 
     The sequence is cut into blocks of `block` rows; block j's rows only read the window of
@@ -105,7 +121,7 @@ def dynamic_conv_blocked_band_heads_first(values, kernel, block):
     the shifted sum's 2K full-size elementwise passes are memory-bound).
     """
     kernel_size = kernel.shape[-1]
-    pad = (kernel_size - 1) // 2
+    pad = edge_padding(kernel_size, causal)[0]
     if block < kernel_size - 1:
         raise ValueError(f"band block {block} must be at least kernel_size - 1 = {kernel_size - 1}")
     shape = ops.shape(values)
@@ -119,31 +135,32 @@ def dynamic_conv_blocked_band_heads_first(values, kernel, block):
     # values followed by the first K-1 rows of block j+1.
     padded = ops.pad(values, [[0, 0], [0, 0], [pad, rows + block - seq_len - pad], [0, 0]])
     blocks = ops.reshape(padded, (batch, heads, num_blocks + 1, block, width))
-    windows = ops.concatenate([_cut(blocks, 0, num_blocks, 2),
-                               _cut(_cut(blocks, 1, num_blocks + 1, 2), 0, kernel_size - 1, 3)],
-                              axis=3)
+    windows = _cut(blocks, 0, num_blocks, 2)
+    if kernel_size > 1:   # K = 1 reads no neighbours (and an empty split is an error in TF)
+        windows = ops.concatenate(
+            [windows, _cut(_cut(blocks, 1, num_blocks + 1, 2), 0, kernel_size - 1, 3)], axis=3)
     out = ops.matmul(band, windows)                          # [B, N, nb, block, d]
     out = ops.reshape(out, (batch, heads, rows, width))
     static = isinstance(rows, int) and isinstance(seq_len, int)
     return out if static and rows == seq_len else _cut(out, 0, seq_len, 2)
 
 
-def dynamic_conv_band(values, kernel):
+def dynamic_conv_band(values, kernel, causal=False):
     """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) as one batched matmul
     with a [T, T] band per head (the "expanded" form of fairseq): cheap for short T only."""
     kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel.shape[-1]))
-    out = ops.matmul(band_matrix(ops.transpose(kernel, (0, 2, 1, 3))),
+    out = ops.matmul(band_matrix(ops.transpose(kernel, (0, 2, 1, 3)), causal),
                      ops.transpose(values, (0, 2, 1, 3)))
     return ops.transpose(out, (0, 2, 1, 3))
 
 
-def dynamic_conv_blocked_band(values, kernel, block=None):
+def dynamic_conv_blocked_band(values, kernel, block=None, causal=False):
     """Same contract as `dynamic_conv_shifted_sum` ([B, T, N, d] layout) via block-diagonal band
     matmuls of `block` rows (default BAND_BLOCK)."""
     kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel.shape[-1]))
     out = dynamic_conv_blocked_band_heads_first(ops.transpose(values, (0, 2, 1, 3)),
                                                 ops.transpose(kernel, (0, 2, 1, 3)),
-                                                block or BAND_BLOCK)
+                                                block or BAND_BLOCK, causal)
     return ops.transpose(out, (0, 2, 1, 3))
 
 
@@ -174,14 +191,14 @@ def resolve_implementation(implementation, seq_len=None):
     return "blocked_band"
 
 
-def depthwise_conv_shifted_sum(x, depthwise_kernel):
-    """'same'-padded depthwise 1-D convolution (cross-correlation, as Keras / TF1 `separable_conv1d`)
-    as a sum of K shifted, scaled copies: x [B, T, C], depthwise_kernel [K, C] -> [B, T, C].
+def depthwise_conv_shifted_sum(x, depthwise_kernel, causal=False):
+    """'same'-padded (or causal: K-1 left) depthwise 1-D convolution (cross-correlation, as Keras /
+    TF1 `separable_conv1d`) as a sum of K shifted, scaled copies: x [B, T, C], depthwise_kernel
+    [K, C] -> [B, T, C].
     Under XLA this is one fused loop; XLA's lowering of a grouped convolution is far slower on CPU."""
     kernel_size = depthwise_kernel.shape[0]
-    pad = (kernel_size - 1) // 2
     seq_len = ops.shape(x)[1]
-    padded = ops.pad(x, [[0, 0], [pad, pad], [0, 0]])
+    padded = ops.pad(x, [[0, 0], list(edge_padding(kernel_size, causal)), [0, 0]])
     out = None
     for k in range(kernel_size):
         term = padded[:, k:k + seq_len] * depthwise_kernel[k]
@@ -189,15 +206,14 @@ def depthwise_conv_shifted_sum(x, depthwise_kernel):
     return out
 
 
-def dynamic_conv_unfold(values, kernel):
+def dynamic_conv_unfold(values, kernel, causal=False):
     """Reference form of the official code: stack K shifted copies ([B,T,N,d,K]) and contract.
 
     Kept as the numerical oracle for faster implementations; it materialises K x the values.
     """
     kernel_size = kernel.shape[-1]
-    pad = (kernel_size - 1) // 2
     seq_len = ops.shape(values)[1]
-    padded = ops.pad(values, [[0, 0], [pad, pad], [0, 0], [0, 0]])
+    padded = ops.pad(values, [[0, 0], list(edge_padding(kernel_size, causal)), [0, 0], [0, 0]])
     unfolded = ops.stack([padded[:, k:k + seq_len] for k in range(kernel_size)], axis=-1)
     kernel = ops.broadcast_to(kernel, (*ops.shape(values)[:3], kernel_size))
     return ops.einsum("btndk,btnk->btnd", unfolded, kernel)
@@ -213,7 +229,7 @@ class SpanDynamicConv(keras.layers.Layer):
     """The convolution heads: num_heads heads of width head_size, kernel width kernel_size."""
 
     def __init__(self, num_heads, head_size, kernel_size=9, conv_type="sdconv",
-                 initializer_range=0.02, implementation="auto", **kwargs):
+                 initializer_range=0.02, implementation="auto", causal=False, **kwargs):
         super().__init__(**kwargs)
         if conv_type not in ("sdconv", "dynamic", "lightweight"):
             raise ValueError(f"SpanDynamicConv: unknown conv_type {conv_type!r}")
@@ -226,6 +242,7 @@ class SpanDynamicConv(keras.layers.Layer):
         self.conv_type = conv_type
         self.initializer_range = initializer_range
         self.implementation = implementation
+        self.causal = bool(causal)
         width = num_heads * head_size
         init = truncated_normal(initializer_range)
         if conv_type == "sdconv":
@@ -260,12 +277,19 @@ class SpanDynamicConv(keras.layers.Layer):
         TF graph / eager mode it is TF's native depthwise conv laid out [B, T, 1, H] (time as
         image height) followed by a plain matmul: forward + backward ~25% faster than the layer's
         [B, 1, T, H] depthwise conv + 1x1 convolution (ConvBERT-small widths, b16 s128).
+        The layer is only the home of the variables (Keras' SeparableConv1D has no "causal"
+        padding); causal padding is applied here.
         """
         layer, dtype = self.conv_attn_key, hidden.dtype
         depthwise = ops.cast(layer.depthwise_kernel, dtype)                       # [K, H, 1]
         pointwise = ops.cast(layer.pointwise_kernel, dtype)[0]                    # [H, A]
         if compiled_by_xla():
-            spanned = depthwise_conv_shifted_sum(hidden, depthwise[:, :, 0])
+            spanned = depthwise_conv_shifted_sum(hidden, depthwise[:, :, 0], self.causal)
+        elif self.causal:  # K-1 zeros on the left, then a 'valid' conv: tap k reads t+k-(K-1)
+            left = ops.pad(hidden, [[0, 0], [self.kernel_size - 1, 0], [0, 0]])
+            spanned = ops.squeeze(ops.depthwise_conv(ops.expand_dims(left, 2),
+                                                     ops.expand_dims(depthwise, 1),
+                                                     padding="valid"), 2)
         else:
             spanned = ops.squeeze(ops.depthwise_conv(ops.expand_dims(hidden, 2),
                                                      ops.expand_dims(depthwise, 1),
@@ -293,7 +317,7 @@ class SpanDynamicConv(keras.layers.Layer):
         values = ops.reshape(self.conv_attn_point(hidden),
                              (batch, seq_len, self.num_heads, self.head_size))
         implementation = resolve_implementation(self.implementation, hidden.shape[1])
-        out = _DYNAMIC_CONV[implementation](values, kernel)
+        out = _DYNAMIC_CONV[implementation](values, kernel, causal=self.causal)
         return ops.reshape(out, (batch, seq_len, self.num_heads * self.head_size))
 
     def weight_map(self):
@@ -315,4 +339,4 @@ class SpanDynamicConv(keras.layers.Layer):
         return {**super().get_config(), "num_heads": self.num_heads, "head_size": self.head_size,
                 "kernel_size": self.kernel_size, "conv_type": self.conv_type,
                 "initializer_range": self.initializer_range,
-                "implementation": self.implementation}
+                "implementation": self.implementation, "causal": self.causal}

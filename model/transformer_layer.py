@@ -25,7 +25,7 @@ class ConvBertLayer(keras.layers.Layer):
                  conv_type="sdconv", conv_kernel_size=9, hidden_act="gelu",
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                  initializer_range=0.02, layer_norm_eps=1e-12, conv_implementation="auto",
-                 use_self_attention=True, **kwargs):
+                 use_self_attention=True, causal=False, **kwargs):
         super().__init__(**kwargs)
         self._args = dict(hidden_size=hidden_size, num_heads=num_heads, head_size=head_size,
                           intermediate_size=intermediate_size, num_groups=num_groups,
@@ -34,14 +34,15 @@ class ConvBertLayer(keras.layers.Layer):
                           attention_probs_dropout_prob=attention_probs_dropout_prob,
                           initializer_range=initializer_range, layer_norm_eps=layer_norm_eps,
                           conv_implementation=conv_implementation,
-                          use_self_attention=use_self_attention)
+                          use_self_attention=use_self_attention, causal=causal)
         self.num_groups = num_groups
         self.hidden_act = hidden_act
         self.act = activation(hidden_act)
         init = truncated_normal(initializer_range)
         self.attention = MixedAttention(num_heads, head_size, conv_type, conv_kernel_size,
                                         attention_probs_dropout_prob, initializer_range,
-                                        conv_implementation, use_self_attention, name="self")
+                                        conv_implementation, use_self_attention, causal=causal,
+                                        name="self")
         self.attention_output = keras.layers.Dense(hidden_size, kernel_initializer=init,
                                                    name="attention_output")
         self.attention_dropout = keras.layers.Dropout(hidden_dropout_prob)

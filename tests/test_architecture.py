@@ -68,3 +68,10 @@ def test_one_home_for_each_loop_concern():
             if not h.startswith("training/summaries.py")] == []
     assert [h for h in source_lines_with("tf.train.CheckpointManager(")
             if not h.startswith("training/state.py")] == []
+
+
+def test_language_model_builds_on_model_and_training_only():
+    """lm/ (issue 18) is the encoder with causal=True on the training core: model/ never imports
+    it, and it imports no other task package."""
+    assert imports_of("model", {"lm"}) == []
+    assert imports_of("lm", {"pretrain", "finetune", "reproduce", "elastic"}) == []

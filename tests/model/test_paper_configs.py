@@ -57,6 +57,8 @@ PAPER_ROWS = TABLE1 + TABLE2 + FIG5 + CONV_ONLY
 OLDER = [("electra_small", 13_483_008), ("convbert_medium_small", 17_475_888),
          ("convbert_base", 105_680_520), ("ablation_small_bnk", 11_905_536),
          ("ablation_small_bnk_gl", 8_759_808), ("ablation_small_bnk_gl_larger", 17_525_136)]
+# The causal language models of issue 18 (run_lm.py), not paper rows.
+OLDER += [("lm_small_mixed", 13_143_640), ("lm_small_transformer", 13_138_144)]
 
 _BUILT = {}
 
