@@ -85,13 +85,14 @@ def train_one(args, model, seed, hparams, log):
 def read_run(directory):
     """A finished run: {params, steps, wall_seconds, ppl, loss, train: {step, value}, heldout}."""
     from analysis.curves import event_files, read_event_scalars
+    from lm.task import read_curve
     summary = _read_json(fileio.join(directory, "lm_summary.json"))
     scores = _read_json(fileio.join(directory, "lm_eval.json"))
     if summary is None or scores is None:
         raise UserError(f"{directory}: no lm_summary.json / lm_eval.json (not finished)")
     files = event_files(fileio.join(directory, "train"))
     losses = read_event_scalars(files).get("loss", {}) if files else {}
-    curve = _read_json(fileio.join(directory, "lm_curve.json")) or []
+    curve = read_curve(directory)
     return {"model_dir": directory, "params": summary.get("trainable_parameters"),
             "steps": scores["step"], "wall_seconds": summary.get("wall_seconds"),
             "ppl": scores["ppl"], "loss": scores["loss"], "tokens": scores["tokens"],

@@ -119,7 +119,9 @@ def model_config(hp, vocab_size):
         config = ConvBertConfig.from_dict({**config.to_dict(), **hp.model_overrides,
                                            "vocab_size": int(vocab_size), "causal": True})
     except ConfigError as e:
-        raise LMError(f"model config {hp.model_config}: {e}") from None
+        message = str(e)   # a config file's errors name the file already
+        raise LMError(message if str(hp.model_config) in message
+                      else f"model config {hp.model_config}: {message}") from None
     if hp.seq_len > config.max_position_embeddings:
         raise LMError(f"seq_len {hp.seq_len} is beyond the model's {config.max_position_embeddings}"
                       " position embeddings (max_position_embeddings)")
@@ -196,14 +198,20 @@ class LanguageModelTask(Task):
 
     def _record_heldout(self, model_dir, step):
         import json
-        path = os.path.join(model_dir, CURVE_FILE)
-        curve = json.loads(fileio.read_text(path)) if fileio.exists(path) else []
-        curve = [point for point in curve if point["step"] < step]
+        curve = [point for point in read_curve(model_dir) if point["step"] < step]
         scores = evaluate(self.model, self.heldout_stream, self.hp.seq_len, self.hp.eval_stride,
                           self.hp.eval_batch_size)
         curve.append({"step": step, "loss": scores["loss"], "ppl": scores["ppl"],
                       "tokens": scores["tokens"]})
-        fileio.write_text_atomic(path, json.dumps(curve, indent=1) + "\n")
+        fileio.write_text_atomic(os.path.join(model_dir, CURVE_FILE),
+                                 json.dumps(curve, indent=1) + "\n")
+
+
+def read_curve(model_dir):
+    """The held-out curve of a run: [{step, loss, ppl, tokens}] ([] when none yet)."""
+    import json
+    path = os.path.join(model_dir, CURVE_FILE)
+    return json.loads(fileio.read_text(path)) if fileio.exists(path) else []
 
 
 def train_settings(hp):
@@ -236,6 +244,11 @@ def train(task, core, model_dir, log=print, started_at=None):
     restored = core.restore(os.path.join(model_dir, CHECKPOINT_DIR))
     if restored:
         log(f"resumed from {restored} at step {int(core.step.numpy())}")
+        if task.heldout_stream is not None and task.step is not None:
+            # A run stopped between its checkpoint and its held-out score: score it now.
+            step = int(core.step.numpy())
+            if step not in [point["step"] for point in read_curve(model_dir)]:
+                task._record_heldout(model_dir, step)
     hp.to_json(os.path.join(model_dir, HPARAMS_FILE))
     task.config.to_json(os.path.join(model_dir, CONFIG_FILE))
     log(f"lm: {hp.model_config} ({task.config.conv_type}, {task.config.num_hidden_layers} layers),"

@@ -7,8 +7,8 @@ first, as in the official code — which the caller projects back to H. With con
 are no convolution heads (the paper's "+BNK" bottleneck-only model); head_ratio=1 with "none" is
 plain BERT / ELECTRA self-attention.
 
-`causal=True` (the language model, lm/): query t only attends to keys ≤ t (a causal bias added to
-the padding bias) and the convolution heads are causal (model/span_dynamic_conv.py).
+`causal=True` (the language model, lm/): query t only attends to keys ≤ t (the scores of later
+keys set to MASKED_KEY_BIAS) and the convolution heads are causal (model/span_dynamic_conv.py).
 """
 import math
 
@@ -28,11 +28,11 @@ def attention_bias_from_mask(input_mask, dtype="float32"):
     return ops.reshape((1.0 - mask) * MASKED_KEY_BIAS, (ops.shape(mask)[0], 1, 1, ops.shape(mask)[1]))
 
 
-def causal_attention_bias(seq_len, dtype="float32"):
-    """[1, 1, T, T] additive bias: MASKED_KEY_BIAS on keys after the query (s > t), else 0."""
+def future_keys(seq_len):
+    """[1, 1, T, T] bool: True where the key comes after the query (s > t)."""
     positions = ops.arange(seq_len)
-    future = ops.cast(ops.greater(positions[None, :], positions[:, None]), dtype)
-    return ops.reshape(future * MASKED_KEY_BIAS, (1, 1, seq_len, seq_len))
+    return ops.reshape(ops.greater(positions[None, :], positions[:, None]),
+                       (1, 1, seq_len, seq_len))
 
 
 @keras.saving.register_keras_serializable(package="convbert")
@@ -169,11 +169,15 @@ class MixedAttention(keras.layers.Layer):
         return context
 
     def _add_biases(self, scores, attention_bias):
-        """scores [B, N, T, T] + the padding bias (when given) + the causal bias (when causal)."""
+        """scores [B, N, T, T] + the padding bias (when given); later keys masked (when causal)."""
         if attention_bias is not None:
             scores = scores + ops.cast(attention_bias, scores.dtype)
         if self.causal:
-            scores = scores + causal_attention_bias(ops.shape(scores)[-1], scores.dtype)
+            # A select, not a second additive bias: TF's graph optimizer folds a [T, T] bias to a
+            # constant and fuses it into the score matmul, a oneDNN path 15-35x slower on CPU
+            # in inference graphs (docs/PERFORMANCE.md, "Causal attention mask").
+            scores = ops.where(future_keys(ops.shape(scores)[-1]),
+                               ops.cast(MASKED_KEY_BIAS, scores.dtype), scores)
         return scores
 
     def _mask_heads(self, context, head_mask):
