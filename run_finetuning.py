@@ -17,7 +17,8 @@ leaderboard files and `glue_submission.zip` under `results/leaderboard/`; for SQ
 
 Hyper-parameters: the official defaults per --model_size (finetune/hparams.py), then --hparams
 (JSON string or file; unknown keys are an error), then explicit flags. Bad input (missing task
-directory, malformed TSV row, unknown label or task) stops with a one-line error naming the file.
+directory, malformed TSV row, unknown label or task) stops with a one-line error naming the file
+(`error: ...`, exit status 1; docs/RELIABILITY.md).
 
 Every path (--data_dir, --model_dir, --init_checkpoint, --vocab_file, --sp_model, --train_file,
 --predict_file) may be on any filesystem TensorFlow knows (gs:// buckets on a Cloud TPU): every
@@ -118,6 +119,10 @@ def run(argv=None):
         return glue_submission()
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
+    from model import fileio
+    blocked = fileio.output_dir_error(FLAGS.model_dir, "--model_dir")
+    if blocked:
+        raise UsageError(blocked)
     init = FLAGS.init_checkpoint
     if FLAGS.vocab_file and FLAGS.sp_model:
         raise UsageError("give --vocab_file or --sp_model, not both")
@@ -189,14 +194,15 @@ def parse_flags(argv):
     try:
         remaining = FLAGS(argv)
     except flags.Error as e:
-        sys.exit(f"ERROR: {e}")
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        sys.exit(1)
     flags.FLAGS(argv[:1])  # absl's app insists its global registry is parsed too
     return remaining
 
 
 def main(argv):
     if len(argv) > 1:
-        print(f"ERROR: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+        print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
         sys.exit(2)
     try:
         code = run(argv)
@@ -204,7 +210,7 @@ def main(argv):
         if not isinstance(e, _user_error_types()):
             raise
         message = " ".join(str(e).split())
-        print(f"ERROR: {message}", file=sys.stderr, flush=True)
+        print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
     sys.exit(code)
 

@@ -83,6 +83,9 @@ def run(flag_values):
         raise UsageError(f"--vocab_file {flag_values.vocab_file}: not found")
     model_dir = flag_values.model_dir
     model_dir = model_dir if fileio.is_url(model_dir) else os.path.abspath(model_dir)
+    blocked = fileio.output_dir_error(model_dir, "--model_dir")
+    if blocked:
+        raise UsageError(blocked)
     from_flags = {k: getattr(flag_values, k) for k in _FLAG_KEYS
                   if getattr(flag_values, k) is not None}
     overrides = flag_values.hparams

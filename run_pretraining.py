@@ -115,7 +115,7 @@ def resolve(flag_values, backend="tensorflow"):
     # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): model/fileio.py;
     # joined with os.path (posix on the machines TensorFlow's bucket filesystems run on).
     from data.errors import DataError
-    from data.tfrecord_io import check_shard, find_shards
+    from data.tfrecord_io import check_shard, count_records, find_shards
     from data.vocab import special_token_ids
     from model import fileio
     from pretrain.hparams import make_hparams, parse_overrides
@@ -158,8 +158,14 @@ def resolve(flag_values, backend="tensorflow"):
         vocab_file = candidate if fileio.exists(candidate) else None
 
     files = find_shards(pattern)
+    any_records = False
     for path in files:
-        check_shard(path, hp.max_seq_length)
+        if not fileio.is_url(path):   # a seek per record: cheap on a disk, not on a bucket
+            count_records(path)       # a truncated shard fails now, not hours into training
+        any_records = check_shard(path, hp.max_seq_length) or any_records
+    if not any_records:               # tf.data would wait forever for a first batch
+        raise DataError(f"{files[0]}: no records (empty TFRecord file"
+                        + (")" if len(files) == 1 else f"s, all {len(files)} of them)"))
 
     special_ids = {}
     if vocab_file is not None or sp_model is not None:
@@ -180,6 +186,9 @@ def resolve(flag_values, backend="tensorflow"):
             model_dir = os.path.join(flag_values.data_dir, "models", hp.model_name)
         else:
             model_dir = os.path.join("runs", hp.model_name)
+    blocked = fileio.output_dir_error(model_dir, "--model_dir")
+    if blocked:
+        raise UsageError(blocked)
     return hp, model_dir, files, special_ids
 
 

@@ -30,17 +30,46 @@ def list_corpus_files(corpus_dir):
     return paths
 
 
+# A corpus line is a sentence (or a paragraph); a longer "line" is a file that is not line-based
+# text (a minified dump, a database export) and would be tokenized as one 1,000,000-token
+# document. Files without a line this long are never split or scanned for it.
+MAX_LINE_BYTES = 1 << 20
+
+
 def decode_corpus_bytes(raw, path):
-    """Decodes a file's bytes as UTF-8, raising CorpusError naming the file and byte offset."""
+    """Decodes a file's bytes as UTF-8, raising CorpusError naming the file, the line and the
+    byte offset of a NUL byte, an invalid UTF-8 sequence or a line over MAX_LINE_BYTES."""
     nul = raw.find(b"\x00")
     if nul >= 0:
-        raise CorpusError(f"corpus file {path}: binary data (NUL byte at byte offset {nul}), "
-                          "expected UTF-8 text")
+        raise CorpusError(f"corpus file {path}: binary data (NUL byte on line "
+                          f"{_line_of(raw, nul)}, byte offset {nul}), expected UTF-8 text")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise CorpusError(f"corpus file {path}: invalid UTF-8 at byte offset {e.start}") from None
+        raise CorpusError(f"corpus file {path}: invalid UTF-8 on line {_line_of(raw, e.start)} "
+                          f"at byte offset {e.start}") from None
+    check_line_lengths(raw, path)
     return text[1:] if text.startswith(UTF8_BOM) else text
+
+
+def _line_of(raw, offset):
+    """1-based line number of byte `offset`."""
+    return raw.count(b"\n", 0, offset) + 1
+
+
+def check_line_lengths(raw, path, limit=MAX_LINE_BYTES):
+    """CorpusError naming the file and line when a line of `raw` is longer than `limit` bytes."""
+    if len(raw) <= limit:
+        return
+    start, line = 0, 1
+    while start < len(raw):
+        end = raw.find(b"\n", start)
+        end = len(raw) if end < 0 else end
+        if end - start > limit:
+            raise CorpusError(f"corpus file {path}: line {line} is {end - start:,} bytes long, "
+                              f"longer than {limit:,} (one sentence or paragraph per line; "
+                              "is this a text corpus?)")
+        start, line = end + 1, line + 1
 
 
 def read_corpus_file(path):

@@ -54,6 +54,27 @@ def iter_records(path):
             yield record
 
 
+def count_records(path):
+    """The number of records of one TFRecord file, walking its length headers only (a seek per
+    record, no record read); DataError naming the file, the record and its byte offset when the
+    file ends inside a record (a truncated copy, or a file that is not TFRecord framing)."""
+    count, offset = 0, 0
+    with fileio.open_read(path) as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(0)
+        while offset < size:
+            header = f.read(12)
+            length = struct.unpack("<Q", header[:8])[0] if len(header) == 12 else None
+            if length is None or offset + 12 + length + 4 > size:
+                raise DataError(f"{path}: truncated TFRecord: record {count} at byte offset "
+                                f"{offset} runs past the end of the file ({size} bytes)")
+            offset += 12 + length + 4
+            f.seek(offset)
+            count += 1
+    return count
+
+
 def _varint(buf, pos):
     result = shift = 0
     while True:
@@ -130,7 +151,8 @@ def parse_example(record, names=FEATURES):
 
 
 def check_shard(path, max_seq_length):
-    """Checks the first record of a shard: exactly the three features, max_seq_length long."""
+    """Checks the first record of a shard: exactly the three features, max_seq_length long.
+    Returns whether the shard has a record at all."""
     for record in itertools.islice(iter_records(path), 1):
         example = _parse(record, path, 0, names=None)
         if sorted(example) != sorted(FEATURES):
@@ -140,6 +162,8 @@ def check_shard(path, max_seq_length):
             if len(example[name]) != max_seq_length:
                 raise DataError(f"shard {path}: feature {name} has length "
                                 f"{len(example[name])}, expected max_seq_length={max_seq_length}")
+        return True
+    return False
 
 
 def largest_token_id(path, max_records=256):

@@ -53,9 +53,12 @@ def check_vocab(tokens, source):
     if blank:
         raise VocabError(f"vocab file {source}: blank token on line {blank[0] + 1}")
     if len(set(tokens)) != len(tokens):
-        seen = set()
-        duplicate = next(t for t in tokens if t in seen or seen.add(t))
-        raise VocabError(f"vocab file {source}: duplicate token {duplicate!r}")
+        first = {}
+        for line, token in enumerate(tokens, 1):
+            if token in first:
+                raise VocabError(f"vocab file {source}: duplicate token {token!r} on line {line} "
+                                 f"(first on line {first[token]})")
+            first[token] = line
 
 
 def write_vocab(tokens, vocab_file):
@@ -201,6 +204,11 @@ def build_vocab(corpus_dirs, output, vocab_type="wordpiece", vocab_size=30522,
     output = str(output)
     if vocab_type == "sentencepiece" and not output.endswith(".model"):
         raise VocabError(f"{output}: a SentencePiece model path must end in .model")
+    if fileio.isdir(output):
+        raise VocabError(f"--output {output}: is a directory (give the file to write)")
+    blocked = fileio.not_a_directory(fileio.dirname(output) or ".")
+    if blocked:
+        raise VocabError(f"--output {output}: {blocked} is a file, not a directory")
     files = [path for d in corpus_dirs for path in corpus_reader.list_corpus_files(d)]
     start = time.time()
     lines = []

@@ -126,6 +126,9 @@ def run(argv):
         raise UsageError(f"{args.vocab_file}: vocab file not found")
     if not fileio.isdir(args.teacher_dir):
         raise UsageError(f"{args.teacher_dir}: --teacher_dir not found")
+    blocked = fileio.output_dir_error(args.output_dir, "--output_dir")
+    if blocked:
+        raise UsageError(blocked)
     teacher_config, teacher_tensors, teacher_path = load_finetuned(args.teacher_dir, task)
     if hp.max_seq_length > teacher_config.max_position_embeddings:
         raise UsageError(f"max_seq_length {hp.max_seq_length} exceeds the teacher's "

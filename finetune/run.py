@@ -58,6 +58,12 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         raise UsageError(f"{sp_model or vocab_file}: {tokenizer.vocab_size} tokens but the model "
                          f"has only {source.config.vocab_size} word embeddings")
 
+    from finetune.encoder_source import check_sequence_length
+    for task in tasks:   # every task's length against the position table, before any output
+        hp = base_hp.for_task(task)
+        if hp.max_seq_length > source.config.max_position_embeddings:
+            check_sequence_length(source, hp.max_seq_length, task)
+
     fileio.makedirs(fileio.join(model_dir, "results"))
     fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"), json.dumps(
         {"hparams": base_hp.to_dict(), "tasks": tasks, "init_checkpoint": init_checkpoint,

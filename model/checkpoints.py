@@ -81,7 +81,11 @@ def _reject_pickle(path):
 def _load_safetensors(path):
     """{name: array} of one safetensors file (read as bytes: any filesystem)."""
     from safetensors.numpy import load
-    return load(fileio.read_bytes(path))
+    try:
+        return load(fileio.read_bytes(path))
+    except Exception as e:  # SafetensorError (a truncated or foreign file), or a bad header
+        raise CheckpointError(f"{path}: not a readable safetensors file "
+                              f"({' '.join(str(e).split()) or type(e).__name__})") from None
 
 
 def _read_safetensors(directory):

@@ -311,6 +311,31 @@ def basename(path) -> str:
     return posixpath.basename(text.rstrip("/")) if is_url(text) else os.path.basename(text)
 
 
+def not_a_directory(path):
+    """Where makedirs(path) would fail: `path` itself, or the nearest of its parents that exists,
+    when that is not a directory (an output path that is a file or lies under one); else None.
+    For a URL only `path` itself is looked at."""
+    text = norm(path)
+    while text:
+        if exists(text):
+            return None if isdir(text) else text
+        parent = dirname(text)
+        if is_url(text) or parent == text:
+            return None
+        text = parent
+    return None
+
+
+def output_dir_error(path, flag):
+    """One-line message when `path` cannot be made an output directory (`not_a_directory`), or
+    None: `<flag> <path>: is a file, not a directory` (or names the parent that is a file)."""
+    blocked = not_a_directory(path)
+    if blocked is None:
+        return None
+    where = "is a file" if norm(blocked) == norm(path) else f"{blocked} is a file"
+    return f"{flag} {path}: {where}, not a directory"
+
+
 def absolute_parent(path) -> str:
     """The parent of `path` made absolute (local paths; URLs are absolute already)."""
     text = norm(path)

@@ -233,7 +233,7 @@ def _check_types(hp):
     need(isinstance(hp.num_warmup_steps, int) and hp.num_warmup_steps >= 0,
          f"num_warmup_steps must be an integer >= 0, got {hp.num_warmup_steps!r}")
     need(isinstance(hp.learning_rate, (int, float)) and hp.learning_rate > 0,
-         f"learning_rate must be > 0, got {hp.learning_rate!r}")
+         f"learning_rate must be a number > 0, got {hp.learning_rate!r}")
     need(0.0 < hp.mask_prob < 1.0, f"mask_prob must be in (0, 1), got {hp.mask_prob!r}")
     need(hp.precision in PRECISIONS,
          f"unknown precision {hp.precision!r}; choose one of {', '.join(PRECISIONS)}")

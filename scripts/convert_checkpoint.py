@@ -40,7 +40,9 @@ def main(argv):
         model = model_cls.from_pretrained(FLAGS.input, config=config)
         written = model.save_pretrained(FLAGS.output, format=FLAGS.format)
     except (CheckpointError, ConfigError, OSError) as e:
-        sys.exit(f"convert_checkpoint: error: {e}")
+        print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
     print(f"{FLAGS.input} ({fmt}) -> {written} ({FLAGS.format}); {len(model.weight_map())} weights"
           f"{' incl. the masked-LM head' if has_mlm_head else ''}")
 

@@ -77,4 +77,4 @@ def test_unknown_precision_is_one_line(tmp_path):
     proc = run_cli(["--data_dir", tmp_path, "--task_names", "sst", "--model_dir", tmp_path / "o",
                     "--precision", "fp8"], check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("ERROR: ") and "fp8" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "fp8" in proc.stderr

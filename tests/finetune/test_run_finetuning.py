@@ -305,7 +305,7 @@ def _edit_line(path, line_no, edit):
 def _assert_one_line_error(proc, *needles):
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ERROR: "), proc.stderr[-2000:]
+    assert last.startswith("error: "), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     for needle in needles:
         assert str(needle) in last, (needle, last)
@@ -319,7 +319,7 @@ def test_error_missing_bucket_init_checkpoint_not_written_locally(tmp_path, glue
                    check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "ERROR: ram://nope/ckpt: --init_checkpoint not found")
+        "error: ram://nope/ckpt: --init_checkpoint not found")
     assert "Traceback" not in proc.stderr
     assert not (REPO_ROOT / "ram:").exists() and not (tmp_path / "out").exists()
 
@@ -503,7 +503,7 @@ def test_run_all_leaves_one_submission_zip(tmp_path, glue_dir, vocab):
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ERROR: invalid GLUE submission") and "missing CoLA.tsv" in last
+    assert last.startswith("error: invalid GLUE submission") and "missing CoLA.tsv" in last
     board = model_dir / "results" / "leaderboard"
     with zipfile.ZipFile(board / "glue_submission.zip") as zf:
         rows = {name: len(zf.read(name).decode().splitlines()) - 1 for name in zf.namelist()}
@@ -539,7 +539,7 @@ def test_mirrored_strategy_matches_one_device(tmp_path, glue_dir, vocab):
         "--tpu", "grpc://127.0.0.1:1"], check=False)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1].startswith(
-        "ERROR: cannot reach TPU grpc://127.0.0.1:1: ")
+        "error: cannot reach TPU grpc://127.0.0.1:1: ")
 
 
 def test_steps_per_loop_trains_the_same(tmp_path, glue_dir, vocab):

@@ -114,7 +114,7 @@ def test_squad_missing_file_is_one_line_error(tmp_path):
                    check=False)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("ERROR: ") and str(missing) in last
+    assert last.startswith("error: ") and str(missing) in last
     assert "Traceback" not in proc.stderr
 
 

@@ -1,0 +1,522 @@
+"""The bad-input catalogue (issue 19): every entry point, fed a bad input, fails cleanly.
+
+Each case of `CASES` is (id, a function that writes the bad input under the case's own directory
+and returns the command line, the substrings the error line must hold: the file, and the line
+where the input has lines). One shared runner (`_run_cases`) runs every selected case in a
+subprocess, a few at a time (TensorFlow's import dominates each run), and
+`test_bad_input_fails_cleanly` asserts, per case:
+
+* the exit status is not 0;
+* stderr holds exactly one line starting with `error: `, it is the last line, and it contains the
+  expected substrings (after TensorFlow's start-up lines, `_NOISE`, are left out: the C++ runtime
+  prints them before any Python runs and no flag of ours reaches them);
+* "Traceback" is not in stderr;
+* nothing under the case's directory changed: the command runs with that directory as its working
+  directory, every output path points into it, and every case's directory holds an earlier
+  output (`earlier/`, and where the tool has an output file, a file of that name in the output
+  directory): the tree (names, sizes, bytes) after the run equals the tree before it, so no partial
+  output is left and no earlier output is overwritten.
+
+docs/RELIABILITY.md tables the cases, what the user sees and the bad inputs tested elsewhere.
+Everything is generated under tmp_path (a 50 MB corpus line once per session); nothing needs
+../shared.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PARALLEL = 3          # subprocesses at once (2 cores; each spends most of its time importing)
+TIMEOUT_S = 120
+SEQ = 32
+WORDS = ("the a of and to in is was it for on that with as by at from this be are first second "
+         "sentence here follows new document one more text some words game play").split()
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# Lines TensorFlow/XLA's C++ runtime writes to stderr at import, before Python can silence it
+# (TF_CPP_MIN_LOG_LEVEL=3 is set and still leaves these): glog-format lines from a .cc file, the
+# absl pre-initialisation banner and cpu_feature_guard's continuation line.
+_NOISE = (re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.]+\.cc:\d+\] "),
+          re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called"),
+          re.compile(r"^To enable the following instructions: .* rebuild TensorFlow"))
+
+
+# ------------------------------------------------------------------------------ shared inputs
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """Good inputs the cases start from (read-only for them): a vocab, a shard, a checkpoint,
+    GLUE and SQuAD files, a corpus, and the 50 MB line."""
+    root = tmp_path_factory.mktemp("assets")
+    a = {"root": root}
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(SPECIAL + WORDS) + "\n")
+    a["vocab"] = vocab
+    a["vocab_size"] = len(SPECIAL) + len(WORDS)
+    corpus = root / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("The first sentence is here.\nAnd a second one follows it.\n\n"
+                                  "A new document.\nWith some more text.\n")
+    a["corpus"] = corpus
+    return a
+
+
+@pytest.fixture(scope="module")
+def big_line(tmp_path_factory):
+    """A corpus directory whose one file is a single 50 MB line (made once)."""
+    directory = tmp_path_factory.mktemp("big_line")
+    chunk = ("word " * 1000).encode()
+    with open(directory / "huge.txt", "wb") as f:
+        for _ in range(50 * 1024 * 1024 // len(chunk) + 1):
+            f.write(chunk)
+        f.write(b"\n")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tf_assets(assets):
+    """A valid shard (max_seq_length 32) and a tiny native checkpoint, made with TensorFlow."""
+    import tensorflow as tf
+
+    from model import ConvBertConfig, ConvBertModel
+    root = assets["root"]
+    shard_dir = root / "shards"
+    shard_dir.mkdir()
+    write_shard(shard_dir / "pretrain_data.tfrecord-0-of-1", n=8)
+    assets["shards"] = shard_dir
+    config = ConvBertConfig(vocab_size=assets["vocab_size"], hidden_size=32, embedding_size=16,
+                            num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                            max_position_embeddings=64)
+    ConvBertModel(config).save_pretrained(root / "ckpt")
+    assets["ckpt"] = root / "ckpt"
+    del tf
+    return assets
+
+
+def write_shard(path, n=8, names=("input_ids", "input_mask", "segment_ids"), length=SEQ):
+    import tensorflow as tf
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(n):
+            ids = [2] + [5 + (i + j) % 20 for j in range(length - 2)] + [3]
+            values = {"input_ids": ids, "input_mask": [1] * length, "segment_ids": [0] * length}
+            feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(
+                value=values.get(name, ids))) for name in names}
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=feature)).SerializeToString())
+
+
+# ------------------------------------------------------------------------------ case builders
+def _script(name):
+    return [sys.executable, str(REPO_ROOT / name)]
+
+
+def _module(name):
+    return [sys.executable, "-m", name]
+
+
+def _write(path, content):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def _mkdir(path):
+    path.mkdir(parents=True)
+    return path
+
+
+def _corpus(d, files):
+    for name, content in files.items():
+        _write(d / "corpus" / name, content)
+    return d / "corpus"
+
+
+def _builder(d, a, corpus, vocab=None, output=None, *extra):
+    return _script("build_pretraining_dataset.py") + [
+        f"--corpus_dir={corpus}", f"--vocab_file={vocab or a['vocab']}",
+        f"--output_dir={output or d / 'out'}", "--num_shards=2", f"--max_seq_length={SEQ}",
+        "--noprogress", *extra]
+
+
+def _vocab_builder(d, corpus, output=None, *extra):
+    return _script("build_vocab.py") + [f"--corpus_dir={corpus}",
+                                        f"--output={output or d / 'out' / 'vocab.txt'}",
+                                        "--vocab_size=50", "--min_count=1", *extra]
+
+
+TINY_PRETRAIN = {"model_size": "tiny", "train_batch_size": 4, "max_seq_length": SEQ,
+                 "num_train_steps": 2, "model_hparam_overrides": {
+                     "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "head_ratio": 1, "intermediate_size": 64}}
+
+
+def _pretrain(d, a, shards=None, vocab=None, hparams=None, *extra):
+    hp = json.loads(json.dumps(TINY_PRETRAIN))
+    for key, value in (hparams or {}).items():
+        if key == "model_hparam_overrides":
+            hp[key].update(value)
+        else:
+            hp[key] = value
+    return _script("run_pretraining.py") + [
+        f"--pretrain_tfrecords={shards or a['shards'] / 'pretrain_data.tfrecord*'}",
+        f"--vocab_file={vocab or a['vocab']}", f"--model_dir={d / 'out' / 'model'}",
+        "--hparams=" + json.dumps(hp), *extra]
+
+
+BAD_JSON_LINE3 = '{\n  "learning_rate": 1e-4,\n  "seed": 3,,\n}\n'      # error on line 3
+BAD_JSON_LINE2 = '{\n  "learning_rate" 1e-4\n}\n'                      # error on line 2
+BAD_JSON_LINE3_COMMA = '{\n  "hidden_size": 64\n  "num_hidden_layers": 1\n}\n'   # line 3
+RTE_HEADER = "index\tsentence1\tsentence2\tlabel\n"
+RTE_ROWS = ["0\tThe game was played.\tA game was played.\tentailment\n",
+            "1\tIt was the first one.\tIt was the second one.\tnot_entailment\n"]
+
+
+def _glue(d, train=None, dev=None):
+    """A GLUE dir with RTE/{train,dev}.tsv (good unless given)."""
+    good = RTE_HEADER + "".join(RTE_ROWS)
+    _write(d / "glue" / "RTE" / "train.tsv", good if train is None else train)
+    _write(d / "glue" / "RTE" / "dev.tsv", good if dev is None else dev)
+    return d / "glue"
+
+
+def _finetune(d, a, *extra):
+    return _script("run_finetuning.py") + [
+        "--task_names=rte", f"--vocab_file={a['vocab']}", f"--model_dir={d / 'out' / 'ft'}",
+        "--model_size=small", "--max_train_steps=1", "--max_seq_length=32", *extra]
+
+
+def _squad(context="The game was played in the first one.", answer="first one", start=None,
+           drop=None):
+    qa = {"id": "q1", "question": "Where was the game?",
+          "answers": [{"text": answer, "answer_start": context.find(answer)
+                       if start is None else start}]}
+    paragraph = {"context": context, "qas": [qa]}
+    for key in drop or ():
+        (qa if key in qa else paragraph).pop(key)
+    return json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [paragraph]}]},
+                      indent=1)
+
+
+def _finetune_squad(d, a, train_text, *extra):
+    train = _write(d / "squad" / "train.json", train_text)
+    dev = _write(d / "squad" / "dev.json", _squad())
+    return _script("run_finetuning.py") + [
+        "--task_names=squadv1", f"--train_file={train}", f"--predict_file={dev}",
+        f"--vocab_file={a['vocab']}", f"--model_dir={d / 'out' / 'ft'}", "--model_size=small",
+        "--max_train_steps=1", "--max_seq_length=64", *extra]
+
+
+def _lm(d, a, *extra, train=None):
+    train = train or _write(d / "text" / "train.txt", " ".join(WORDS * 20) + "\n")
+    return _script("run_lm.py") + [
+        f"--train_files={train}", f"--vocab_file={a['vocab']}", f"--model_dir={d / 'out' / 'lm'}",
+        "--num_train_steps=1", "--seq_len=16", "--train_batch_size=2", *extra]
+
+
+def _convert(d, source, *extra, output=None):
+    return _script("scripts/convert_checkpoint.py") + [
+        f"--input={source}", f"--output={output or d / 'out' / 'converted'}", "--format=keras",
+        *extra]
+
+
+def _copy_tree(src, dst):
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _truncate(path, keep=0.5):
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[:int(len(data) * keep)])
+
+
+def _hf_other_architecture(d):
+    """A Hugging Face BERT directory: config.json (model_type bert) + model.safetensors."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    directory = d / "bert_hf"
+    directory.mkdir()
+    _write(directory / "config.json", json.dumps({
+        "model_type": "bert", "architectures": ["BertModel"], "hidden_size": 32,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+        "vocab_size": 50, "max_position_embeddings": 64}))
+    save_file({"embeddings.word_embeddings.weight": np.zeros((50, 32), np.float32)},
+              str(directory / "model.safetensors"))
+    return directory
+
+
+# Each case: (id, prepare(d, assets) -> argv, expected substrings of the error line (callable of
+# d, assets -> list, or a list)). `d` is the case's own (empty but for earlier/) directory.
+def _c(case_id, prepare, expected):
+    return pytest.param(case_id, prepare, expected, id=case_id)
+
+
+CASES = [
+    # ---- corpus -------------------------------------------------------------------------------
+    _c("corpus_empty_dir_vocab", lambda d, a: _vocab_builder(d, _mkdir(d / "corpus")),
+       lambda d, a: [str(d / "corpus"), "contains no files"]),
+    _c("corpus_binary_file_vocab", lambda d, a: _vocab_builder(d, _corpus(d, {
+        "a.txt": "Good text here.\n", "b.bin": b"\x89PNG\r\n\x1a\n\x00\x00"})),
+       lambda d, a: [str(d / "corpus" / "b.bin"), "binary data"]),
+    _c("corpus_invalid_utf8_vocab", lambda d, a: _vocab_builder(d, _corpus(d, {
+        "a.txt": b"good line\nsecond line\nthen \xff bad\n"})),
+       lambda d, a: [str(d / "corpus" / "a.txt"), "line 3", "invalid UTF-8"]),
+    _c("corpus_50mb_line_builder", lambda d, a: _builder(d, a, a["big_line"]),
+       lambda d, a: [str(a["big_line"] / "huge.txt"), "line 1", "longer than"]),
+    _c("corpus_invalid_utf8_lm", lambda d, a: _lm(d, a, train=_write(
+        d / "text" / "train.txt", b"good text\nmore \xc3\x28 text\n")),
+       lambda d, a: [str(d / "text" / "train.txt"), "line 2", "invalid UTF-8"]),
+    # ---- vocab --------------------------------------------------------------------------------
+    _c("vocab_duplicate_token_builder", lambda d, a: _builder(d, a, a["corpus"], vocab=_write(
+        d / "dup_vocab.txt", "\n".join(SPECIAL + ["the", "game", "the"]) + "\n")),
+       lambda d, a: [str(d / "dup_vocab.txt"), "duplicate token 'the'", "line 8"]),
+    _c("vocab_no_mask_pretrain", lambda d, a: _pretrain(d, a, vocab=_write(
+        d / "no_mask.txt", "\n".join([t for t in SPECIAL if t != "[MASK]"] + list(WORDS)) + "\n")),
+       lambda d, a: [str(d / "no_mask.txt"), "[MASK]"]),
+    _c("vocab_no_cls_sep_finetune", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d)}",
+       f"--vocab_file={_write(d / 'no_cls.txt', chr(10).join(['[PAD]', '[UNK]', '[MASK]'] + list(WORDS)))}"),
+       lambda d, a: [str(d / "no_cls.txt"), "[CLS]", "[SEP]"]),
+    _c("vocab_missing_finetune", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d)}",
+                                                        f"--vocab_file={d / 'nope.txt'}"),
+       lambda d, a: [str(d / "nope.txt"), "not found"]),
+    _c("vocab_no_unk_lm", lambda d, a: _lm(d, a, f"--vocab_file={_write(d / 'no_unk.txt', chr(10).join([t for t in SPECIAL if t != '[UNK]'] + list(WORDS)))}"),
+       lambda d, a: [str(d / "no_unk.txt"), "[UNK]"]),
+    # ---- configs and --hparams ----------------------------------------------------------------
+    _c("hparams_unknown_key_lm", lambda d, a: _lm(d, a, '--hparams={"seq_lenght": 8}'),
+       ["seq_lenght"]),
+    _c("hparams_wrong_type_pretrain", lambda d, a: _pretrain(d, a, hparams={
+        "learning_rate": "fast"}), ["learning_rate", "'fast'"]),
+    _c("hparams_malformed_json_file_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}",
+        "--hparams=" + str(_write(d / "hp.json", BAD_JSON_LINE3))),
+       lambda d, a: [str(d / "hp.json"), "line 3"]),
+    _c("hparams_malformed_json_elastic", lambda d, a: _module("elastic.run") + [
+        "--task_name=rte", f"--teacher_dir={d}", f"--data_dir={_glue(d)}",
+        f"--vocab_file={a['vocab']}", f"--output_dir={d / 'out' / 'elastic'}",
+        "--hparams=" + str(_write(d / "hp.json", BAD_JSON_LINE2))],
+       lambda d, a: [str(d / "hp.json"), "line 2"]),
+    _c("config_inconsistent_sizes_pretrain", lambda d, a: _pretrain(d, a, hparams={
+        "model_hparam_overrides": {"hidden_size": 30, "num_attention_heads": 4}}),
+       ["hidden_size", "30", "num_attention_heads"]),
+    _c("config_inconsistent_sizes_convert", lambda d, a: _convert(
+        d, a["ckpt"], f"--config={_write(d / 'cfg.json', json.dumps({'hidden_size': 30, 'num_attention_heads': 4, 'embedding_size': 16}))}"),
+       lambda d, a: [str(d / "cfg.json"), "hidden_size"]),
+    _c("config_malformed_json_lm", lambda d, a: _lm(
+        d, a, "--model_config=" + str(_write(d / "model.json", BAD_JSON_LINE3_COMMA))),
+       lambda d, a: [str(d / "model.json"), "line 3"]),
+    # ---- TFRecords ----------------------------------------------------------------------------
+    _c("tfrecord_truncated_pretrain", lambda d, a: _pretrain(
+        d, a, shards=_truncated_shard(d, a)),
+       lambda d, a: [str(d / "shards" / "pretrain_data.tfrecord-0-of-1"), "truncated"]),
+    _c("tfrecord_zero_records_pretrain", lambda d, a: _pretrain(d, a, shards=_write(
+        d / "shards" / "pretrain_data.tfrecord-0-of-1", b"")),
+       lambda d, a: [str(d / "shards" / "pretrain_data.tfrecord-0-of-1"), "no records"]),
+    _c("tfrecord_not_an_example_pretrain", lambda d, a: _pretrain(d, a, shards=_garbage_shard(d)),
+       lambda d, a: [str(d / "shards" / "pretrain_data.tfrecord-0-of-1"), "record 0",
+                     "not a tf.train.Example"]),
+    # ---- GLUE TSV -----------------------------------------------------------------------------
+    _c("glue_wrong_columns", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d, train=RTE_HEADER + RTE_ROWS[0] + '2' + chr(9) + 'only two columns' + chr(10))}"),
+       lambda d, a: [str(d / "glue" / "RTE" / "train.tsv") + ":3", "expected 4", "found 2"]),
+    _c("glue_unknown_label", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d, train=RTE_HEADER + RTE_ROWS[0].replace('entailment', 'Entailment') + RTE_ROWS[1])}"),
+       lambda d, a: [str(d / "glue" / "RTE" / "train.tsv") + ":2", "'Entailment'"]),
+    _c("glue_empty_file", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d, train='')}"),
+       lambda d, a: [str(d / "glue" / "RTE" / "train.tsv"), "no examples"]),
+    _c("glue_header_only", lambda d, a: _finetune(d, a, f"--data_dir={_glue(d, dev=RTE_HEADER)}"),
+       lambda d, a: [str(d / "glue" / "RTE" / "dev.tsv"), "no examples"]),
+    # ---- SQuAD JSON ---------------------------------------------------------------------------
+    _c("squad_malformed_json", lambda d, a: _finetune_squad(d, a, _squad()[:-40]),
+       lambda d, a: [str(d / "squad" / "train.json"), "line"]),
+    _c("squad_missing_question", lambda d, a: _finetune_squad(d, a, _squad(drop=["question"])),
+       lambda d, a: [str(d / "squad" / "train.json"), "'question'"]),
+    _c("squad_answer_outside_context", lambda d, a: _finetune_squad(
+        d, a, _squad(answer="not in the text", start=500)),
+       lambda d, a: [str(d / "squad" / "train.json"), "answer"]),
+    # ---- checkpoints --------------------------------------------------------------------------
+    _c("checkpoint_other_size_convert", lambda d, a: _convert(d, a["ckpt"], "--config=small"),
+       lambda d, a: [str(a["ckpt"]), "another size"]),
+    _c("checkpoint_truncated_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}", f"--init_checkpoint={_truncated_ckpt(d, a)}"),
+       lambda d, a: [str(d / "ckpt" / "model.safetensors")]),
+    _c("checkpoint_not_a_checkpoint_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}",
+        f"--init_checkpoint={_write(d / 'notes' / 'README.txt', 'hello').parent}"),
+       lambda d, a: [str(d / "notes"), "not a ConvBERT checkpoint"]),
+    _c("checkpoint_hf_other_architecture_convert", lambda d, a: _convert(
+        d, _hf_other_architecture(d)), lambda d, a: [str(d / "bert_hf" / "config.json"), "'bert'"]),
+    _c("checkpoint_hf_other_architecture_attention", lambda d, a: _module("analysis.attention") + [
+        f"--checkpoint=bert={_hf_other_architecture(d)}", f"--glue_dir={_glue(d)}", "--task=rte",
+        f"--vocab_file={a['vocab']}", f"--output_dir={d / 'out' / 'attention'}"],
+       lambda d, a: [str(d / "bert_hf" / "config.json"), "'bert'"]),
+    # ---- flags --------------------------------------------------------------------------------
+    _c("flags_negative_steps_pretrain", lambda d, a: _pretrain(d, a, None, None, None,
+                                                               "--num_train_steps=-5"),
+       ["num_train_steps", "-5"]),
+    _c("flags_negative_steps_lm", lambda d, a: _lm(d, a, "--num_train_steps=-1"),
+       ["num_train_steps", "-1"]),
+    _c("flags_batch_not_divisible_pretrain", lambda d, a: _pretrain(
+        d, a, None, None, {"train_batch_size": 3}, "--distribution=mirrored",
+        "--num_cpu_devices=2"), ["train_batch_size 3", "2"]),
+    _c("flags_seq_above_positions_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}", "--max_seq_length=1024"), ["1024", "512"]),
+    _c("flags_seq_above_positions_lm", lambda d, a: _lm(d, a, "--seq_len=4096"), ["4096"]),
+    _c("flags_output_is_file_builder", lambda d, a: _builder(
+        d, a, a["corpus"], None, _write(d / "out" / "shards", "an earlier file\n")),
+       lambda d, a: [str(d / "out" / "shards")]),
+    _c("flags_output_is_file_pretrain", lambda d, a: _pretrain(d, a) + [
+        f"--model_dir={_write(d / 'out' / 'model_file', 'an earlier file')}"],
+       lambda d, a: [str(d / "out" / "model_file")]),
+    _c("flags_output_is_file_vocab", lambda d, a: _vocab_builder(
+        d, a["corpus"], _write(d / "out" / "afile", "x") / "vocab.txt"),
+       lambda d, a: [str(d / "out" / "afile")]),
+    _c("flags_output_is_file_lm", lambda d, a: _lm(d, a) + [
+        f"--model_dir={_write(d / 'out' / 'lm_file', 'an earlier file')}"],
+       lambda d, a: [str(d / "out" / "lm_file")]),
+]
+
+
+def _truncated_shard(d, a):
+    path = d / "shards" / "pretrain_data.tfrecord-0-of-1"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (a["shards"] / "pretrain_data.tfrecord-0-of-1").read_bytes()
+    path.write_bytes(data[:len(data) - 100])   # the last record loses its end
+    return path
+
+
+def _garbage_shard(d):
+    """Correct TFRecord framing around a record that is not a tf.train.Example."""
+    import tensorflow as tf
+    path = d / "shards" / "pretrain_data.tfrecord-0-of-1"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(b"\xff\xff\xff\xff not a protobuf")
+    return path
+
+
+def _truncated_ckpt(d, a):
+    directory = _copy_tree(a["ckpt"], d / "ckpt")
+    _truncate(directory / "model.safetensors")
+    return directory
+
+
+# ------------------------------------------------------------------------------------ runner
+def _tree(root):
+    """{relative path: (kind, sha256 of the bytes)} of everything under root."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = ("dir", None)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = ("file", hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+def _env():
+    env = dict(os.environ)
+    env.update(PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
+               JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def _selected_cases(request):
+    """The case ids of this module's collected tests (all, or what -k left)."""
+    ids = []
+    for item in request.session.items:
+        if item.module is not None and item.module.__name__ == __name__ and \
+                hasattr(item, "callspec") and "case_id" in item.callspec.params:
+            ids.append(item.callspec.params["case_id"])
+    return ids
+
+
+@pytest.fixture(scope="module")
+def results(request, tmp_path_factory, tf_assets, big_line):
+    """case id -> dict(returncode, stderr, before, after, dir) for every selected case."""
+    assets = dict(tf_assets, big_line=big_line)
+    by_id = {p.values[0]: p.values[1:] for p in CASES}
+    prepared = {}
+    for case_id in _selected_cases(request):
+        prepare, expected = by_id[case_id]
+        d = tmp_path_factory.mktemp(case_id)
+        _write(d / "earlier" / "result.json", '{"an": "earlier output"}\n')
+        _write(d / "out" / "earlier_output.txt", "written by an earlier run\n")
+        argv = [str(x) for x in prepare(d, assets)]
+        wanted = expected(d, assets) if callable(expected) else list(expected)
+        prepared[case_id] = (d, argv, wanted, _tree(d))
+
+    def run(case_id):
+        d, argv, _, _ = prepared[case_id]
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(argv, cwd=d, env=_env(), capture_output=True, text=True,
+                                  timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:   # e.g. training on an input that never ends
+            stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else \
+                (e.stderr or "")
+            proc = subprocess.CompletedProcess(argv, None, "", stderr + f"\n(timed out after "
+                                               f"{TIMEOUT_S}s)")
+        proc.wall_s = time.monotonic() - start
+        return case_id, proc
+
+    out = {}
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for case_id, proc in pool.map(run, list(prepared)):
+            d, argv, wanted, before = prepared[case_id]
+            out[case_id] = dict(returncode=proc.returncode, stderr=proc.stderr,
+                                stdout=proc.stdout, argv=argv, expected=wanted, before=before,
+                                after=_tree(d), dir=d, wall_s=proc.wall_s)
+    if os.environ.get("BAD_INPUTS_REPORT"):   # {case: [seconds, error line]} for the docs table
+        with open(os.environ["BAD_INPUTS_REPORT"], "w") as f:
+            json.dump({k: [round(v["wall_s"], 1), ([line for line in stderr_lines(v["stderr"])
+                                                    if line.startswith("error: ")] or [""])[-1]]
+                       for k, v in out.items()}, f, indent=1)
+    return out
+
+
+def stderr_lines(stderr):
+    """stderr without blank lines and TensorFlow's start-up lines (`_NOISE`)."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and not any(p.match(line) for p in _NOISE)]
+
+
+@pytest.mark.parametrize("case_id, prepare, expected", CASES)
+def test_bad_input_fails_cleanly(case_id, prepare, expected, results):
+    r = results[case_id]
+    context = f"\n$ {' '.join(r['argv'])}\nstderr:\n{r['stderr'][-3000:]}"
+    assert r["returncode"] not in (0, None), context
+    lines = stderr_lines(r["stderr"])
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, context
+    assert lines[-1] == errors[0], context            # the error is the last thing said
+    assert "Traceback" not in r["stderr"], context
+    for fragment in r["expected"]:
+        assert fragment in errors[0], f"{fragment!r} not in the error line{context}"
+    added = sorted(set(r["after"]) - set(r["before"]))
+    assert not added, f"partial output left: {added}{context}"
+    changed = sorted(k for k in r["before"] if r["after"].get(k) != r["before"][k])
+    assert not changed, f"earlier files changed or removed: {changed}{context}"
+
+
+def test_catalogue_covers_every_group_and_is_documented():
+    groups = {"corpus", "vocab", "hparams", "config", "tfrecord", "glue", "squad", "checkpoint",
+              "flags"}
+    ids = [p.values[0] for p in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 30
+    assert groups == {i.split("_")[0] for i in ids}
+    doc = (REPO_ROOT / "docs" / "RELIABILITY.md").read_text()
+    missing = [i for i in ids if f"`{i}`" not in doc]
+    assert not missing, f"docs/RELIABILITY.md lacks {missing}"
