@@ -20,9 +20,13 @@ span-based dynamic convolution, sharing the query) and optionally grouped FFN; t
 * `grid.py`: every (width, depth) cell on a GLUE dev set, DynaBERT-trained and plain, with
   parameters and FLOPs: grid.md, grid.json, grid.png.
 * `run.py`: the command (`python -m elastic.run`): rewire, train the phases per seed, the grid.
+* `pretrain.py`: elastic pre-training (`python -m elastic.pretrain`): ELECTRA pre-training whose
+  step also trains the discriminator's smallest cell + sampled cells (sandwich rule), then every
+  cell exported (`--extract_cells`). Hidden size stays full.
 
 Layering: the model-level modules (importance, rewire, slicing, extract) depend on model/ only;
-train/run/grid add the training core, GLUE fine-tuning and the tokenizer. Nothing in model/
-imports elastic/ (tests/elastic/test_extract.py `test_layering`). Still to come in issue 17:
-elastic pre-training. docs/DYNABERT.md has the method, the choices and the commands.
+train/run/grid add the training core, GLUE fine-tuning and the tokenizer; pretrain adds
+pre-training, the training core and data. Nothing in model/ imports elastic/
+(tests/elastic/test_extract.py `test_layering`). docs/DYNABERT.md has the method, the choices and
+the commands.
 """

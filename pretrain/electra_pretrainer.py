@@ -179,7 +179,21 @@ class ElectraPretrainer(keras.Model):
         # Discriminator / replaced-token detection.
         disc_hidden = self.discriminator({"input_ids": fake_ids, "input_mask": input_mask,
                                           "segment_ids": segment_ids}, training=training)
-        disc_logits = ops.cast(self.disc_head(disc_hidden), "float32")
+        disc = self.rtd_loss(self.disc_head(disc_hidden), disc_labels, input_mask,
+                             disc_denominator)
+        disc_logits = disc["disc_logits"]
+        out.update(total_loss=self.gen_weight * gen_loss + self.disc_weight * disc["disc_loss"],
+                   disc_probs=ops.sigmoid(disc_logits), **disc)
+        return out
+
+    def rtd_loss(self, disc_logits, disc_labels, input_mask, disc_denominator=None):
+        """Replaced-token detection of discriminator head logits [B, T] against `disc_labels`
+        (1 = replaced), averaged over `input_mask` tokens (the global `disc_denominator` when
+        given): {disc_loss, disc_loss_sum, disc_accuracy, disc_logits (float32), disc_preds}.
+        The one home of the RTD loss (elastic/pretrain.py applies it to sub-networks too)."""
+        disc_logits = ops.cast(disc_logits, "float32")
+        maskf = ops.cast(input_mask, "float32")
+        disc_weight_sum = ops.sum(maskf)
         labelsf = ops.cast(disc_labels, "float32")
         # sigmoid cross-entropy, numerically stable (= tf.nn.sigmoid_cross_entropy_with_logits)
         bce = (ops.maximum(disc_logits, 0.0) - disc_logits * labelsf
@@ -189,13 +203,11 @@ class ElectraPretrainer(keras.Model):
                     else ops.cast(disc_denominator, "float32"))
         disc_loss = disc_loss_sum / (disc_den + EPS)
         disc_preds = ops.cast(disc_logits > 0, "int32")
-        disc_accuracy = ops.sum(maskf * ops.cast(disc_preds == disc_labels, "float32")) / (
-            disc_weight_sum + EPS)
-        out.update(total_loss=self.gen_weight * gen_loss + self.disc_weight * disc_loss,
-                   disc_loss=disc_loss, disc_accuracy=disc_accuracy, disc_loss_sum=disc_loss_sum,
-                   disc_logits=disc_logits, disc_probs=ops.sigmoid(disc_logits),
-                   disc_preds=disc_preds)
-        return out
+        disc_accuracy = ops.sum(maskf * ops.cast(disc_preds == ops.cast(disc_labels, "int32"),
+                                                 "float32")) / (disc_weight_sum + EPS)
+        return {"disc_loss": disc_loss, "disc_loss_sum": disc_loss_sum,
+                "disc_accuracy": disc_accuracy, "disc_logits": disc_logits,
+                "disc_preds": disc_preds}
 
     # ------------------------------------------------------------------------------ weights
     def weight_map(self):

@@ -131,9 +131,17 @@ class PretrainingTask(Task):
         return {"gen": local["gen"], "disc": local["disc"]}
 
     def compute(self, batch, step, denominators):
-        out = self.pretrainer(batch, step=step, training=True,
-                              gen_denominator=denominators["gen"],
-                              disc_denominator=denominators["disc"])
+        out = self.forward(batch, step, denominators)
+        return out["total_loss"], self.window_metrics(batch, out)
+
+    def forward(self, batch, step, denominators):
+        """The pretrainer's outputs on one batch (ElectraPretrainer.call)."""
+        return self.pretrainer(batch, step=step, training=True,
+                               gen_denominator=denominators["gen"],
+                               disc_denominator=denominators["disc"])
+
+    def window_metrics(self, batch, out):
+        """The metric sums of one batch (summed over a log window by the core)."""
         token_mask = tf.cast(batch["input_mask"], tf.float32)
         probs = tf.cast(out["disc_probs"], tf.float32)
         labels = tf.cast(out["disc_labels"], tf.float32)
@@ -155,7 +163,7 @@ class PretrainingTask(Task):
             "disc_weight": w_disc,
             "auc_pos": pos, "auc_neg": neg,
         }
-        return out["total_loss"], metrics
+        return metrics
 
     # ------------------------------------------------------------------ a log window
     def summarize(self, sums, num_steps):
@@ -177,22 +185,26 @@ class PretrainingTask(Task):
             fileio.replace_dir(tmp, final)
 
 
-def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None):
-    """(task, core) of a pre-training run, built (models, optimizer, checkpoint object)."""
-    task = PretrainingTask(hp, train_files, vocab_size, special_ids)
+def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None, task=None):
+    """(task, core) of a pre-training run, built (models, optimizer, checkpoint object). `task`:
+    a PretrainingTask (or subclass, e.g. elastic/pretrain.py's) to run instead of the plain one."""
+    if task is None:
+        task = PretrainingTask(hp, train_files, vocab_size, special_ids)
     core = TrainingCore(task, train_settings(hp), strategy, log=log)
     core.build()
     return task, core
 
 
-def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, special_ids=None):
+def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, special_ids=None,
+             task=None, summary_extra=None):
     """Pre-train (or resume) in `model_dir`; returns the run summary (also written to
-    <model_dir>/pretraining_summary.json)."""
+    <model_dir>/pretraining_summary.json). `task` / `summary_extra`: another PretrainingTask
+    (see make_core) and more summary fields."""
     from training import distribution as dist
     started_at = time.time()
     model_dir = os.fspath(model_dir)
     model_dir = model_dir if fileio.is_url(model_dir) else os.path.abspath(model_dir)
-    task, core = make_core(hp, train_files, strategy, vocab_size, log, special_ids)
+    task, core = make_core(hp, train_files, strategy, vocab_size, log, special_ids, task)
     checkpoint_dir = os.path.join(model_dir, CHECKPOINT_DIR)
     if core.chief:
         tf.io.gfile.makedirs(model_dir)
@@ -218,5 +230,6 @@ def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, specia
         summary_extra={"model_name": hp.model_name, "model_size": hp.model_size,
                        "model_dir": model_dir, "max_seq_length": hp.max_seq_length,
                        "discriminator": os.path.join(model_dir, "discriminator"),
-                       "generator": os.path.join(model_dir, "generator")})
+                       "generator": os.path.join(model_dir, "generator"),
+                       **(summary_extra or {})})
     return summary
