@@ -126,7 +126,8 @@ def markdown(doc):
                                      if r["final_train_loss"] is not None) \
             if any(r["final_train_loss"] is not None for r in runs) else float("nan")
         paper = PAPER.get(os.path.basename(model).removesuffix(".json"))
-        lines.append(f"| {model} | {runs[0]['params']:,} | {per_seed} | {mean:.2f} ± {std:.2f} | "
+        spread = f"{mean:.2f} ± {std:.2f}" if len(runs) > 1 else f"{mean:.2f} (1 seed: no std)"
+        lines.append(f"| {model} | {runs[0]['params']:,} | {per_seed} | {spread} | "
                      f"{train_loss:.3f} | {wall / 60:.1f} min | "
                      f"{'–' if paper is None else f'{paper:.2f}'} |")
     lines += ["", f"![curves]({NAME}_curves.png)", ""]
