@@ -57,7 +57,7 @@ def main():
     def train_step(x):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model({"input_ids": x}, training=True)))
-        return tape.gradient(loss, model.trainable_variables)[0]
+        return tape.gradient(loss, model.trainable_variables)[-1]   # dense (the first is the embedding: IndexedSlices)
 
     functions = {}
     select = MixedAttention._add_biases
