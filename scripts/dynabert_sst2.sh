@@ -26,7 +26,7 @@ TEACHER_HP="{\"model_size\": \"small\", \"model_hparam_overrides\": $MODEL, \"ma
 DYNA_HP='{"model_size": "small", "max_seq_length": 64, "max_train_examples": 8000,
   "num_train_epochs": 1, "learning_rate": 2e-4, "train_batch_size": 32}'
 
-if [ ! -e "$OUT/teacher/finetuned/sst-2/config.json" ] && [ ! -e "$OUT/teacher/finetuned/sst/config.json" ]; then
+if ! ls "$OUT"/teacher/finetuned/*/model.safetensors >/dev/null 2>&1; then
   log "teacher start"
   "$PY" run_finetuning.py --task_names=sst-2 --data_dir="$GLUE" --vocab_file="$VOCAB" \
       --model_dir="$OUT/teacher" --hparams="$TEACHER_HP"
