@@ -47,7 +47,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Lines TensorFlow/XLA's C++ runtime writes to stderr at import, before Python can silence it
 # (TF_CPP_MIN_LOG_LEVEL=3 is set and still leaves these): glog-format lines from a .cc file, the
 # absl pre-initialisation banner and cpu_feature_guard's continuation line.
-_NOISE = (re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.]+\.cc:\d+\] "),
+_NOISE = (re.compile(r"^[IWE]\d{4} [\d:.]+\s+\d+ [\w.]+\.cc:\d+\] "),
           re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called"),
           re.compile(r"^To enable the following instructions: .* rebuild TensorFlow"))
 
