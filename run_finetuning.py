@@ -211,7 +211,7 @@ def main(argv):
             raise
         message = " ".join(str(e).split())
         print(f"error: {message}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
     sys.exit(code)
 
 

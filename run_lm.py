@@ -156,7 +156,7 @@ def main(argv):
             FileNotFoundError) as e:
         print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr,
               flush=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
 
 
 if __name__ == "__main__":

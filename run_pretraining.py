@@ -228,7 +228,7 @@ def main(argv):
                            special_ids=special_ids)
     except user_errors as e:
         print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
     _report(summary)
 
 
@@ -253,7 +253,7 @@ def _main_jax():
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,
             FileNotFoundError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
     return summary
 
 

@@ -28,7 +28,9 @@ def serialize_example(input_ids, input_mask, segment_ids):
         "input_mask": _int64_feature(input_mask),
         "segment_ids": _int64_feature(segment_ids),
     }))
-    return example.SerializeToString()
+    # deterministic: map fields (the feature dict) in key order, so the same examples give
+    # byte-identical shards (protobuf does not fix map order otherwise).
+    return example.SerializeToString(deterministic=True)
 
 
 class ShardWriter:

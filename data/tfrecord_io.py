@@ -13,6 +13,7 @@ tests/data/test_tfrecord_io.py. CRCs are not verified (a truncated or garbled re
 loudly: its length or its protobuf does not parse).
 """
 import itertools
+import re
 import struct
 
 import numpy as np
@@ -35,7 +36,30 @@ def find_shards(file_patterns):
     files = sorted(f for f in files if not f.endswith(".incomplete") and not f.endswith(".json"))
     if not files:
         raise DataError(f"no pre-training shards match {', '.join(map(str, file_patterns))}")
+    if any(glob_chars in str(p) for p in file_patterns for glob_chars in "*?["):
+        check_shard_sets(files)
     return files
+
+
+_SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)$")
+
+
+def check_shard_sets(files):
+    """A glob that matched some shards `<prefix>-i-of-n` of a set but not all n is an
+    interrupted or partly copied build: DataError naming the set and the first missing shard.
+    (A shard named on its own, without a glob, is taken as the user's choice.)"""
+    sets = {}
+    for path in files:
+        match = _SHARD_NAME.match(path)
+        if match:
+            prefix, index, total = match.group(1), int(match.group(2)), int(match.group(3))
+            sets.setdefault((prefix, total), set()).add(index)
+    for (prefix, total), present in sorted(sets.items()):
+        missing = sorted(set(range(total)) - present)
+        if missing:
+            raise DataError(f"{prefix}-{missing[0]}-of-{total}: missing ({len(present)} of "
+                            f"{total} shards of this set are present): an interrupted or "
+                            "partial build or copy; rebuild or copy the whole set")
 
 
 def iter_records(path):

@@ -299,7 +299,7 @@ def main(argv=None, run_fn=run):
         if not isinstance(e, user_error_types()):
             raise
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
-        return 1
+        return getattr(e, "exit_code", 1)   # 128 + signal after SIGTERM/SIGINT
 
 
 if __name__ == "__main__":

@@ -352,7 +352,7 @@ def main(argv):
                                    extract_cells=FLAGS.extract_cells)
     except user_errors as e:
         print(f"error: {rp._one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
     rp._report(summary)
 
 

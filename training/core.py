@@ -310,7 +310,10 @@ class TrainingCore:
         finally:
             if own_writer:
                 writer.close()
-        if self.chief and export_dir is not None and not s.export_on_save:
+        # With export_on_save the last save exported; a rerun with nothing left to train exports
+        # again, which repairs an export that a kill interrupted after the final checkpoint.
+        if self.chief and export_dir is not None and (
+                not s.export_on_save or result.step == result.start_step):
             self.task.export(export_dir)
         summary = run_summary(s, result, started_at, self.num_params, extra={
             "distribution": distribution.describe(self.strategy),

@@ -15,10 +15,15 @@ owns what is the same on every backend:
   fields, lr, grad_norm, seq/s), a progress line with elapsed time and ETA (training/progress.py),
   TensorBoard scalars (a training/summaries.py writer, when one is given) and a history;
 * saves every `save_every` steps and at the end (also when there was nothing left to train);
+* SIGTERM / SIGINT (a TPU or spot preemption notice, Ctrl-C): the current compiled call
+  finishes, a checkpoint of that step is saved and the run stops with `Interrupted` (exit code
+  128 + the signal's number in the drivers); rerunning the same command resumes from it;
 * the run summary's common fields.
 """
 import dataclasses
 import math
+import signal
+import threading
 import time
 
 import numpy as np
@@ -28,6 +33,44 @@ from training.progress import StepRate, format_duration
 
 class TrainingError(RuntimeError):
     """The run cannot continue; the message is one line for the user."""
+
+
+class Interrupted(TrainingError):
+    """The run was stopped by a signal after saving its state (the drivers exit 128 + signum)."""
+
+    def __init__(self, message, signum):
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = 128 + int(signum)
+
+
+class StopSignals:
+    """Remembers SIGTERM / SIGINT while the loop runs instead of dying mid-step; the loop acts on
+    it after the current compiled call. Handlers are installed only in the main thread (Python
+    allows no other) and the previous ones are restored on exit."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.received = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        # A second signal while the checkpoint is written changes nothing: the save is atomic
+        # and the loop stops right after it.
+        if self.received is None:
+            self.received = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
 
 
 def steps_this_call(settings, step):
@@ -79,7 +122,8 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
     summarize(window_sums, num_steps) -> the objective's fields of a record; describe(record) ->
     its part of the progress line; schedule(step) -> the learning rate; save(step) -> the path
     written (None: no checkpoints); last_saved: the checkpoint restored at `start_step`; writer:
-    a ScalarWriter (None: no TensorBoard). Raises TrainingError on a non-finite loss."""
+    a ScalarWriter (None: no TensorBoard). Raises TrainingError on a non-finite loss and
+    Interrupted (a TrainingError, after saving) on SIGTERM / SIGINT."""
     s = settings
     prefix = f"{label}: " if label else ""
     loop_start = time.time()
@@ -93,37 +137,49 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
         nonlocal last_saved, saved_step
         last_saved, saved_step = save(step), step
 
-    while step < s.total_steps:
-        num, values = run_steps(step)
-        step += num
-        rate.step_done(step)
-        message = non_finite_message(values, step, label=label, learning_rate=s.learning_rate,
-                                     checkpointing=save is not None, last_saved=last_saved,
-                                     loss_scaled=loss_scaled)
-        if message:
-            raise TrainingError(message)
-        window = values if window is None else {k: window[k] + values[k] for k in window}
-        window_steps += num
-        if step % max(1, s.log_every) == 0 or step == s.total_steps:
-            now = time.time()
-            record = {"step": step, **summarize(window, window_steps)}
-            record.setdefault("loss", float(window["loss"]) / window_steps)
-            record["learning_rate"] = float(np.asarray(schedule(step - 1)))
-            record["grad_norm"] = float(window["grad_norm"]) / window_steps
-            record["sequences_per_second"] = window_steps * s.batch_size / max(
-                now - window_start, 1e-9)
-            log(f"{prefix}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%) "
-                f"{describe(record)} | lr {record['learning_rate']:.3g} | "
-                f"{record['sequences_per_second']:.1f} seq/s | elapsed "
-                f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
-            if writer is not None:
-                writer.write({k: v for k, v in record.items() if k != "step"}, step,
-                             prefix=scalar_prefix)
-            history.append(record)
-            window, window_steps, window_start = None, 0, now
-        if save is not None and ((s.save_every and step % s.save_every == 0)
-                                 or step == s.total_steps):
-            do_save()
+    with StopSignals() as stop:
+        while step < s.total_steps:
+            num, values = run_steps(step)
+            step += num
+            rate.step_done(step)
+            message = non_finite_message(values, step, label=label,
+                                         learning_rate=s.learning_rate,
+                                         checkpointing=save is not None, last_saved=last_saved,
+                                         loss_scaled=loss_scaled)
+            if message:
+                raise TrainingError(message)
+            window = values if window is None else {k: window[k] + values[k] for k in window}
+            window_steps += num
+            if step % max(1, s.log_every) == 0 or step == s.total_steps:
+                now = time.time()
+                record = {"step": step, **summarize(window, window_steps)}
+                record.setdefault("loss", float(window["loss"]) / window_steps)
+                record["learning_rate"] = float(np.asarray(schedule(step - 1)))
+                record["grad_norm"] = float(window["grad_norm"]) / window_steps
+                record["sequences_per_second"] = window_steps * s.batch_size / max(
+                    now - window_start, 1e-9)
+                log(f"{prefix}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%)"
+                    f" {describe(record)} | lr {record['learning_rate']:.3g} | "
+                    f"{record['sequences_per_second']:.1f} seq/s | elapsed "
+                    f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
+                if writer is not None:
+                    writer.write({k: v for k, v in record.items() if k != "step"}, step,
+                                 prefix=scalar_prefix)
+                history.append(record)
+                window, window_steps, window_start = None, 0, now
+            if save is not None and ((s.save_every and step % s.save_every == 0)
+                                     or step == s.total_steps):
+                do_save()
+            if stop.received is not None:
+                name = signal.Signals(stop.received).name
+                where = f"{prefix}stopped by {name} at step {step}/{s.total_steps}"
+                if save is None:
+                    raise Interrupted(f"{where}; this run writes no checkpoints: rerun the same "
+                                      "command to start it again", stop.received)
+                if saved_step != step:
+                    do_save()
+                raise Interrupted(f"{where}; saved {last_saved}; rerun the same command to "
+                                  "resume", stop.received)
     if save is not None and saved_step != step:
         do_save()   # nothing was left to train: the state still goes out
     return LoopResult(start_step=start_step, step=step, last_saved=last_saved, history=history,
