@@ -31,7 +31,7 @@ setup(
     extras_require={
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
         # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
-        "test": ["pytest", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
+        "test": ["pytest", "hypothesis", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
         # A TPU VM, TensorFlow runtime: TensorFlow's TPU build at the version it ships
         # (tensorflow-text 2.20 holds tensorflow at 2.20 too; scripts/setup.sh makes the TPU
         # build's files win), libtpu held at the oldest release tensorflow-tpu accepts (it asks

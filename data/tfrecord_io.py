@@ -36,18 +36,18 @@ def find_shards(file_patterns):
     files = sorted(f for f in files if not f.endswith(".incomplete") and not f.endswith(".json"))
     if not files:
         raise DataError(f"no pre-training shards match {', '.join(map(str, file_patterns))}")
-    if any(glob_chars in str(p) for p in file_patterns for glob_chars in "*?["):
-        check_shard_sets(files)
+    check_interrupted_build(files)
     return files
 
 
 _SHARD_NAME = re.compile(r"^(.*)-(\d+)-of-(\d+)$")
 
 
-def check_shard_sets(files):
-    """A glob that matched some shards `<prefix>-i-of-n` of a set but not all n is an
-    interrupted or partly copied build: DataError naming the set and the first missing shard.
-    (A shard named on its own, without a glob, is taken as the user's choice.)"""
+def check_interrupted_build(files):
+    """Shards `<prefix>-i-of-n` of a set whose missing members lie beside them as unfinished
+    `.incomplete` files: a build killed while publishing its shards. DataError naming the first
+    such shard. (A set matched only in part is otherwise the user's choice, e.g. a held-out
+    shard kept out with `-[01]-of-3`.)"""
     sets = {}
     for path in files:
         match = _SHARD_NAME.match(path)
@@ -55,11 +55,11 @@ def check_shard_sets(files):
             prefix, index, total = match.group(1), int(match.group(2)), int(match.group(3))
             sets.setdefault((prefix, total), set()).add(index)
     for (prefix, total), present in sorted(sets.items()):
-        missing = sorted(set(range(total)) - present)
-        if missing:
-            raise DataError(f"{prefix}-{missing[0]}-of-{total}: missing ({len(present)} of "
-                            f"{total} shards of this set are present): an interrupted or "
-                            "partial build or copy; rebuild or copy the whole set")
+        for index in sorted(set(range(total)) - present):
+            if fileio.exists(f"{prefix}-{index}-of-{total}.incomplete"):
+                raise DataError(f"{prefix}-{index}-of-{total}: missing, only its unfinished "
+                                f".incomplete file is there ({len(present)} of {total} shards "
+                                "of this set are published): an interrupted build; rerun it")
 
 
 def iter_records(path):

@@ -89,7 +89,7 @@ class FinetuneHParams:
         fields = {f.name: f for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - set(fields))
         if unknown:
-            raise HParamsError(f"{where}: unknown hparam(s) {', '.join(unknown)}; known: "
+            raise HParamsError(f"{where}: unknown hparam(s) {', '.join(map(repr, unknown))}; known: "
                                f"{', '.join(sorted(fields))}")
         for key, value in overrides.items():
             setattr(self, key, _coerce(key, getattr(self, key), fields[key], value, where))

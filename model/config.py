@@ -52,7 +52,11 @@ def read_json_object(text_or_path: str, what: str = "JSON") -> tuple:
         if not fileio.isfile(text_or_path):
             raise ConfigError(f"{what} {text_or_path!r} is neither a JSON object nor an existing file")
         where = text_or_path
-        text = fileio.read_text(text_or_path)
+        try:
+            text = fileio.read_text(text_or_path)
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{where}: not UTF-8 text (invalid byte at offset {e.start})") \
+                from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -95,7 +99,8 @@ class ConvBertConfig:
     def __post_init__(self):
         if self.embedding_size is None:
             self.embedding_size = self.hidden_size
-        self.conv_type = _CONV_TYPE_ALIASES.get(self.conv_type, self.conv_type)
+        if isinstance(self.conv_type, str):
+            self.conv_type = _CONV_TYPE_ALIASES.get(self.conv_type, self.conv_type)
         self.validate()
 
     # ---------------------------------------------------------------- derived head arithmetic
@@ -162,10 +167,13 @@ class ConvBertConfig:
              f"unknown hidden_act {self.hidden_act!r}; choose one of {', '.join(HIDDEN_ACTS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
-            need(isinstance(value, (int, float)) and 0.0 <= value < 1.0,
+            need(isinstance(value, (int, float)) and not isinstance(value, bool)
+                 and 0.0 <= value < 1.0,
                  f"{name} must be in [0, 1), got {value!r}")
-        need(self.initializer_range > 0, f"initializer_range must be > 0, got {self.initializer_range}")
-        need(self.layer_norm_eps > 0, f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                 f"{name} must be a number > 0, got {value!r}")
 
     # ---------------------------------------------------------------- constructors / IO
     @classmethod
@@ -199,7 +207,7 @@ class ConvBertConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - fields)
         if unknown and strict:
-            raise ConfigError(f"unknown ConvBertConfig field(s): {', '.join(unknown)}")
+            raise ConfigError(f"unknown ConvBertConfig field(s): {', '.join(map(repr, unknown))}")
         return cls(**{k: v for k, v in d.items() if k in fields})
 
     @classmethod

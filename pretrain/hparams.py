@@ -216,6 +216,9 @@ def parse_overrides(text):
 
 
 def _check_types(hp):
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
     def need(cond, msg):
         if not cond:
             raise HParamsError(msg)
@@ -232,12 +235,14 @@ def _check_types(hp):
         positive_int(name)
     need(isinstance(hp.num_warmup_steps, int) and hp.num_warmup_steps >= 0,
          f"num_warmup_steps must be an integer >= 0, got {hp.num_warmup_steps!r}")
-    need(isinstance(hp.learning_rate, (int, float)) and hp.learning_rate > 0,
+    need(number(hp.learning_rate) and hp.learning_rate > 0,
          f"learning_rate must be a number > 0, got {hp.learning_rate!r}")
-    need(0.0 < hp.mask_prob < 1.0, f"mask_prob must be in (0, 1), got {hp.mask_prob!r}")
+    need(number(hp.mask_prob) and 0.0 < hp.mask_prob < 1.0,
+         f"mask_prob must be in (0, 1), got {hp.mask_prob!r}")
     need(hp.precision in PRECISIONS,
          f"unknown precision {hp.precision!r}; choose one of {', '.join(PRECISIONS)}")
-    need(hp.generator_hidden_size is None or hp.generator_hidden_size > 0,
+    need(hp.generator_hidden_size is None or (number(hp.generator_hidden_size)
+                                              and hp.generator_hidden_size > 0),
          f"generator_hidden_size must be > 0, got {hp.generator_hidden_size!r}")
     need(isinstance(hp.model_hparam_overrides, dict),
          "model_hparam_overrides must be a JSON object of ConvBertConfig fields")
@@ -267,9 +272,6 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
     else:  # a configs/ row or a config file: its size's recipe, then the file's own values
         values = {**SIZE_DEFAULTS[recipe_size(config)], **_row_defaults(size, config), **merged,
                   "model_size": size}
-    if "max_predictions_per_seq" not in merged or merged["max_predictions_per_seq"] is None:
-        values["max_predictions_per_seq"] = int((values.get("mask_prob", 0.15) + 0.005)
-                                                * values.get("max_seq_length", 128))
     if size == "tiny" and "model_name" not in merged:
         values["model_name"] = "convbert_demo"
     elif "model_name" not in merged and config is None:
@@ -286,6 +288,8 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
         if isinstance(v, float) and v.is_integer():
             setattr(hp, name, int(v))
     _check_types(hp)
+    if hp.max_predictions_per_seq is None:   # after the type checks: numbers by now
+        hp.max_predictions_per_seq = int((hp.mask_prob + 0.005) * hp.max_seq_length)
     return hp
 
 

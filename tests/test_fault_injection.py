@@ -242,7 +242,7 @@ def test_sigkill_while_building_shards(built, tmp_path, tiny_data, fault):
                                 tmp_path / "model", tiny_hparams(), "--num_train_steps=1"))
         lines = stderr_lines(train.stderr)
         assert train.returncode == 1 and len(lines) == 1, train.stderr[-3000:]
-        assert "pretrain_data.tfrecord-1-of-3: missing (1 of 3" in lines[0]
+        assert "pretrain_data.tfrecord-1-of-3: missing, only its unfinished" in lines[0]
         assert not (tmp_path / "model" / "checkpoints").exists()
     proc = _run(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
