@@ -195,6 +195,11 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
+        if hasattr(gradient, "indices"):
+            # An embedding's IndexedSlices (TensorFlow) without clipping, which densifies them
+            # otherwise: the update below is dense.
+            import tensorflow as tf
+            gradient = tf.convert_to_tensor(gradient)
         gradient = ops.cast(gradient, dtype)
         lr = ops.cast(learning_rate, dtype) * self._multipliers[index]
         m = self._momentums[index]
