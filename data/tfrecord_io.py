@@ -72,10 +72,25 @@ def iter_records(path):
             if len(header) < 12:
                 raise DataError(f"{path}: truncated TFRecord header")
             (length,) = struct.unpack("<Q", header[:8])
-            record = f.read(length)
+            record = _read_at_most(f, length)    # a garbled length is not an allocation
             if len(record) < length or len(f.read(4)) < 4:
                 raise DataError(f"{path}: truncated TFRecord (record of {length} bytes)")
             yield record
+
+
+def _read_at_most(f, length, chunk=1 << 24):
+    """`length` bytes of `f`, or fewer where it ends; read in chunks, so a length field of a
+    garbled file (up to 2**64) asks for no more memory than the file holds."""
+    if length <= chunk:
+        return f.read(length)
+    parts = []
+    while length > 0:
+        part = f.read(min(length, chunk))
+        if not part:
+            break
+        parts.append(part)
+        length -= len(part)
+    return b"".join(parts)
 
 
 def count_records(path):
@@ -134,18 +149,27 @@ def _fields(buf):
             raise ValueError(f"unsupported protobuf wire type {wire}")
 
 
+def _payload(number, wire, value):
+    """The bytes of a field that must be length-delimited (a message, a string); another wire
+    type is a malformed Example, as for protobuf's own parser."""
+    if wire != 2:
+        raise ValueError(f"field {number}: wire type {wire}, expected length-delimited")
+    return value
+
+
 def _int64_list(feature):
     """Feature{int64_list = 3: Int64List{value = 1 (packed or not)}} -> list of ints."""
     values = []
     for number, wire, value in _fields(feature):
         if number != 3:
             continue
-        for inner_number, inner_wire, inner in _fields(value):
+        for inner_number, inner_wire, inner in _fields(_payload(number, wire, value)):
             if inner_number != 1:
                 continue
             if inner_wire == 0:
                 values.append(inner)
             else:                                   # packed
+                inner = _payload(inner_number, inner_wire, inner)
                 pos = 0
                 while pos < len(inner):
                     v, pos = _varint(inner, pos)
@@ -157,18 +181,18 @@ def parse_example(record, names=FEATURES):
     """{name: list of ints} of the int64 features `names` (None: all) of one serialized
     tf.train.Example."""
     out = {}
-    for number, _, features in _fields(record):           # Example.features = 1
+    for number, wire, features in _fields(record):           # Example.features = 1
         if number != 1:
             continue
-        for entry_number, _, entry in _fields(features):   # Features.feature = 1 (map entries)
-            if entry_number != 1:
+        for entry_number, wire, entry in _fields(_payload(number, wire, features)):
+            if entry_number != 1:                              # Features.feature = 1 (map entries)
                 continue
-            key = value = None
-            for n, _, v in _fields(entry):
+            key, value = "", None                             # protobuf's defaults
+            for n, w, v in _fields(_payload(entry_number, wire, entry)):
                 if n == 1:
-                    key = bytes(v).decode("utf-8")
+                    key = bytes(_payload(n, w, v)).decode("utf-8")
                 elif n == 2:
-                    value = v
+                    value = _payload(n, w, v)
             if (names is None or key in names) and value is not None:
                 out[key] = _int64_list(value)
     return out
@@ -259,6 +283,8 @@ def _decode(records, where, files, max_seq_length):
             if values is None or len(values) != max_seq_length:
                 raise DataError(f"{path}: record {index} has {len(values or [])} {name} values, "
                                 f"expected {max_seq_length} (another --max_seq_length?)")
+            if min(values, default=0) < -(1 << 31) or max(values, default=0) >= 1 << 31:
+                raise DataError(f"{path}: record {index} has a {name} value outside int32")
             out[name][row] = values
     return out
 

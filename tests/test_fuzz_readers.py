@@ -3,8 +3,10 @@ reads it or raises our own user-facing error: one line, naming the file. Anythin
 KeyError, a TypeError, an IndexError, a traceback the user would see) fails the test.
 
 Property-based with hypothesis, derandomized (the same examples on every run, so CI is
-reproducible) and small (`max_examples`, FUZZ_EXAMPLES), in-process. Readers: GLUE TSV, SQuAD JSON, corpus
-files, vocab files, ConvBertConfig JSON, and both drivers' --hparams.
+reproducible) and small (`max_examples`, FUZZ_EXAMPLES), in-process. Readers: GLUE TSV, SQuAD
+JSON, corpus files, vocab files, ConvBertConfig JSON, both drivers' --hparams, and the TFRecord /
+protobuf decoder of the JAX path (data/tfrecord_io.py). Each crash the fuzzer found is kept as an
+explicit @example above its test.
 """
 import json
 import os
@@ -12,7 +14,8 @@ import os
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")   # in the test extra (setup.py)
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import (HealthCheck, example, given, settings,  # noqa: E402
+                        strategies as st)
 
 # FUZZ_EXAMPLES=2000 for a longer hunt by hand; CI runs the default.
 FUZZ = settings(derandomize=True, max_examples=int(os.environ.get("FUZZ_EXAMPLES", 60)),
@@ -163,7 +166,13 @@ def config_json():
                      json_values(CONFIG_KEYS).map(lambda v: json.dumps(v).encode()), raw_bytes())
 
 
+# What the fuzzer found (each crashed with another exception, fixed in model/config.py):
 @FUZZ
+@example(content=b"\xff{}")                                  # not UTF-8: UnicodeDecodeError
+@example(content=b'{"a\\nb": 1}')                           # a field name that breaks the line
+@example(content=b'{"conv_type": []}')                       # unhashable: TypeError
+@example(content=b'{"layer_norm_eps": null}')                # None > 0: TypeError
+@example(content=b'{"initializer_range": "0.02"}')           # str > 0: TypeError
 @given(content=config_json())
 def test_config_reader(fuzz_dir, content):
     from model.config import ConfigError, ConvBertConfig
@@ -190,7 +199,11 @@ def hparams_json(keys):
                      json_values(keys).map(json.dumps), st.text(max_size=40))
 
 
+# What the fuzzer found (each a TypeError, fixed in pretrain/hparams.py):
 @FUZZ
+@example(text='{"learning_rate": "1e-4"}')
+@example(text='{"mask_prob": null}')
+@example(text='{"generator_hidden_size": "64"}')
 @given(text=hparams_json(PRETRAIN_KEYS))
 def test_pretraining_hparams(fuzz_dir, text):
     from model.config import ConfigError
@@ -205,6 +218,7 @@ def test_pretraining_hparams(fuzz_dir, text):
 
 
 @FUZZ
+@example(text='{"a\\nb": 1}')      # found: the unknown key's newline broke the line (fixed)
 @given(text=hparams_json(FINETUNE_KEYS))
 def test_finetuning_hparams(fuzz_dir, text):
     from finetune.hparams import HParamsError, load_hparams
@@ -216,3 +230,105 @@ def test_finetuning_hparams(fuzz_dir, text):
     except Exception as e:  # noqa: BLE001
         assert isinstance(e, (HParamsError, ConfigError)), f"{type(e).__name__}: {e}"
         assert "\n" not in str(e).strip()
+
+
+# ------------------------------------------------------------- TFRecord shards (the JAX reader)
+def _varint(n):
+    n &= (1 << 64) - 1                      # negatives as protobuf writes them: ten bytes
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number, wire, payload):
+    """One protobuf field; payload = bytes (wire 2, 1, 5) or an int (wire 0)."""
+    key = _varint(number << 3 | wire)
+    if wire == 0:
+        return key + _varint(payload)
+    return key + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def _frame(record):
+    """TFRecord framing: length, its CRC, the record, its CRC (the reader does not check CRCs)."""
+    import struct
+    return struct.pack("<Q", len(record)) + b"\0" * 4 + record + b"\0" * 4
+
+
+FEATURE_NAMES = ["input_ids", "input_mask", "segment_ids", "label", "", "\xe9"]
+INT64 = st.one_of(st.integers(-3, 40), st.integers(-(1 << 63), (1 << 63) - 1))
+
+
+@st.composite
+def examples(draw):
+    """A tf.train.Example, well formed or nearly: int64 lists (packed or not) of any length and
+    range, bytes lists, wrong wire types, stray fields, cut short or with a byte changed."""
+    entries = b""
+    for _ in range(draw(st.integers(0, 4))):
+        values = draw(st.lists(INT64, max_size=6))
+        if draw(st.booleans()):
+            int64_list = _field(1, 2, b"".join(_varint(v) for v in values))      # packed
+        else:
+            int64_list = b"".join(_field(1, 0, v) for v in values)
+        feature = draw(st.sampled_from([
+            _field(3, 2, int64_list), _field(1, 2, _field(1, 2, b"abc")),       # bytes_list
+            _field(3, 0, 7), _field(3, 5, b"\0\0\0\0"), int64_list]))
+        key = draw(st.one_of(st.sampled_from(FEATURE_NAMES).map(str.encode),
+                             st.binary(max_size=4)))
+        entry = draw(st.sampled_from([_field(1, 2, key) + _field(2, 2, feature),
+                                      _field(2, 2, feature) + _field(1, 2, key),
+                                      _field(1, 0, 5) + _field(2, 2, feature),
+                                      _field(1, 2, key) + _field(2, 0, 9)]))
+        entries += _field(draw(st.sampled_from([1, 1, 1, 2])), 2, entry)
+    record = draw(st.sampled_from([_field(1, 2, entries), _field(1, 0, 3) + _field(1, 2, entries),
+                                   entries]))
+    cut = draw(st.integers(0, len(record)))
+    if record and draw(st.booleans()):
+        record = record[:cut]
+    elif record and draw(st.booleans()):
+        record = record[:cut % len(record)] + bytes([draw(st.integers(0, 255))]) + \
+            record[cut % len(record) + 1:]
+    return record
+
+
+def tfrecord_files():
+    import struct
+    framed = st.lists(examples(), max_size=3).map(lambda rs: b"".join(map(_frame, rs)))
+    return st.one_of(
+        framed,
+        framed.flatmap(lambda b: st.integers(0, len(b)).map(lambda n: b[:n])),     # truncated
+        st.tuples(framed, st.integers(0, (1 << 64) - 1)).map(                       # wild length
+            lambda t: t[0] + struct.pack("<Q", t[1]) + b"\0" * 8),
+        st.lists(raw_bytes().map(_frame), max_size=3).map(b"".join),
+        raw_bytes())
+
+
+def _int32_overflow():
+    entries = b"".join(_field(1, 2, _field(1, 2, name.encode()) + _field(2, 2, _field(
+        3, 2, _field(1, 2, _varint(1 << 40) * 2)))) for name in ("input_ids", "input_mask",
+                                                                 "segment_ids"))
+    return _frame(_field(1, 2, entries))
+
+
+# What the fuzzer found (each was a crash other than DataError, fixed in data/tfrecord_io.py):
+@FUZZ
+@example(content=b"\0" * 7 + b"\x01" + b"\0" * 4)       # a 2**56-byte length: MemoryError
+@example(content=_frame(b"\x08\x03\n\x00"))             # a varint where a message is: TypeError
+@example(content=_frame(b'\n"\n\x0f\n\tinput_ids\x12\x02\x1a\x00\n\x0f\x12\x02'))  # keyless entry
+@example(content=_int32_overflow())                      # ids beyond int32: OverflowError
+@given(content=tfrecord_files())
+def test_tfrecord_reader(fuzz_dir, content):
+    from data import tfrecord_io
+    from data.errors import DataError
+    path = fuzz_dir / "shard.tfrecord"
+    path.write_bytes(content)
+    for read in (lambda: tfrecord_io.read_examples(str(path), 2),
+                 lambda: tfrecord_io.check_shard(str(path), 2),
+                 lambda: tfrecord_io.count_records(str(path)),
+                 lambda: tfrecord_io.largest_token_id(str(path))):
+        try:
+            read()
+        except Exception as e:  # noqa: BLE001
+            check_user_error(e, path, DataError)
