@@ -22,7 +22,8 @@ span-based dynamic convolution, sharing the query) and optionally grouped FFN; t
 * `run.py`: the command (`python -m elastic.run`): rewire, train the phases per seed, the grid.
 * `pretrain.py`: elastic pre-training (`python -m elastic.pretrain`): ELECTRA pre-training whose
   step also trains the discriminator's smallest cell + sampled cells (sandwich rule), then every
-  cell exported (`--extract_cells`). Hidden size stays full.
+  cell exported (`--extract_cells`). Cells are (width, depth), or with --elastic_hidden_sizes
+  the rebuttal's (layers, hidden size) grid (slicing.py `Subnet.for_hidden`).
 
 Layering: the model-level modules (importance, rewire, slicing, extract) depend on model/ only;
 train/run/grid add the training core, GLUE fine-tuning and the tokenizer; pretrain adds

@@ -18,6 +18,16 @@ head_ratio assuming the self-attention and convolution heads together are hidden
 (model/hf_convert.py `config_to_hf`), so a sub-network with fewer heads cannot be written in its
 format; `export(..., format="hf")` refuses it with a one-line ConfigError. Depth-only (and
 FFN-only) sub-networks export and load back.
+
+Hidden size (`Subnet.hidden` = h, elastic/slicing.py): the config gets hidden_size h and
+num_attention_heads h / d (d, the head size, unchanged), embedding_size E when the full model has
+an E->H projection (its kept columns) and h otherwise (the tables' kept columns); every weight
+on the residual stream keeps the sub-network's hidden channels (`HiddenChannels`: the first h, or
+the first h/G of each of G FFN groups). An h equal to E in a model with a projection is refused:
+the h-wide config would have no projection (ConvBertConfig has one exactly when E != H). Such a
+cell is Hugging Face-expressible when its heads fill it (2 n d = h, e.g. the rebuttal's
+H = 128 / 256 / 512 of a 768-wide base model with 1 / 2 / 4 heads of each kind): it exports
+with format="hf"; other cells are refused in one line.
 """
 import os
 import re
@@ -25,11 +35,12 @@ import re
 import numpy as np
 from keras import ops
 
-from elastic.slicing import check_elastic, heads_of
+from elastic.slicing import HiddenChannels, check_elastic, heads_of
 from model import checkpoints, flops
 from model.config import ConfigError
 
 _LAYER_NAME = re.compile(r"^(.*/encoder/layer_)(\d+)/(.+)$")
+_EMBEDDINGS_NAME = re.compile(r"^(?:.*/)?(embeddings|embeddings_project)/(.+)$")
 
 
 def subnetwork_config(config, subnet):
@@ -41,30 +52,50 @@ def subnetwork_config(config, subnet):
                           f"{subnet.sa_heads} self-attention + {subnet.conv_heads} convolution heads")
     changes = dict(num_hidden_layers=len(subnet.layers),
                    intermediate_size=subnet.ffn_per_group * config.num_groups)
+    num_attention_heads = config.num_attention_heads
+    if subnet.hidden is not None:
+        hidden = subnet.hidden
+        projected = config.embedding_size != config.hidden_size
+        if projected and hidden == config.embedding_size:
+            raise ConfigError(
+                f"cannot extract hidden size {hidden}: it equals the embedding size of a model "
+                f"with an embedding projection, and a ConvBERT config with embedding_size == "
+                f"hidden_size has none; choose another hidden size")
+        num_attention_heads = hidden // config.head_size
+        changes.update(hidden_size=hidden, num_attention_heads=num_attention_heads,
+                       embedding_size=config.embedding_size if projected else hidden)
     heads = subnet.sa_heads
-    if heads != config.num_self_attention_heads:
-        if config.num_attention_heads % heads == 0:
-            changes.update(head_ratio=config.num_attention_heads // heads, num_heads_per_kind=None)
+    if heads != config.num_self_attention_heads or subnet.hidden is not None:
+        if num_attention_heads % heads == 0:
+            changes.update(head_ratio=num_attention_heads // heads, num_heads_per_kind=None)
         else:
             changes.update(num_heads_per_kind=heads)
     sub = config.replace(**changes)
     assert heads_of(sub) == (subnet.sa_heads, subnet.conv_heads)
+    assert sub.head_size == config.head_size
     return sub
 
 
 def _slice_layer_weight(name, array, config, subnet):
-    """One layer weight (name relative to encoder/layer_i/, Keras layout) cut to `subnet`."""
+    """One layer weight (name relative to encoder/layer_i/, Keras layout) cut to `subnet`: heads
+    and FFN neurons, then the hidden channels (`HiddenChannels`) of every axis that is the hidden
+    state's."""
     d = config.head_size
     full_width = config.attention_width
     sa, conv = subnet.sa_heads * d, subnet.conv_heads * d
     taps, per_group = config.conv_kernel_size, subnet.ffn_per_group
     groups = config.num_groups
+    channels = HiddenChannels.of(config, subnet)
+    rows = channels.take_array    # the hidden state's channels along an axis
+    kept = channels.keep // groups   # hidden channels per FFN group
     if re.fullmatch(r"attention/self/(query|key|value)/kernel", name):
-        return array[:, :sa]
+        return rows(array[:, :sa], 0)
     if re.fullmatch(r"attention/self/(query|key|value)/bias", name):
         return array[:sa]
+    if name == "attention/self/conv_attn_key/depthwise_kernel":    # [K, H, 1]
+        return rows(array, 1)
     if name == "attention/self/conv_attn_key/pointwise_kernel":    # [1, H, A]
-        return array[:, :, :sa]
+        return rows(array[:, :, :sa], 1)
     if name == "attention/self/conv_attn_key/bias":
         return array[:sa]
     if name == "attention/self/conv_attn_kernel/kernel":           # [A, N*K]
@@ -74,24 +105,40 @@ def _slice_layer_weight(name, array, config, subnet):
     if name == "attention/self/lightweight_kernel":                # [N, K]
         return array[:subnet.conv_heads]
     if name == "attention/self/conv_attn_point/kernel":            # [H, A]
-        return array[:, :conv]
+        return rows(array[:, :conv], 0)
     if name == "attention/self/conv_attn_point/bias":
         return array[:conv]
     if name == "attention/output/dense/kernel":                    # [SA ‖ conv, H]
         if config.conv_type == "none":
-            return array[:sa]
-        return np.concatenate([array[:sa], array[full_width:full_width + conv]], axis=0)
+            return rows(array[:sa], 1)
+        return rows(np.concatenate([array[:sa], array[full_width:full_width + conv]], axis=0), 1)
     if name == "intermediate/dense/kernel":                        # [H, I]
-        return array[:, :per_group]
+        return rows(array[:, :per_group], 0)
     if name == "output/dense/kernel":                              # [I, H]
-        return array[:per_group]
+        return rows(array[:per_group], 1)
     if name == "intermediate/g_dense/kernel":                      # [G, H/G, I/G]
-        return array[:, :, :per_group]
+        return array[:, :kept, :per_group]
     if name == "output/g_dense/kernel":                            # [G, I/G, H/G]
-        return array[:, :per_group, :]
+        return array[:, :per_group, :kept]
     if re.fullmatch(r"intermediate/(g_)?dense/bias", name):       # flat, group-major
         return array.reshape(groups, -1)[:, :per_group].reshape(-1)
-    return array   # depthwise span conv, LayerNorms, output biases: hidden-size wide
+    # output biases, LayerNorms: hidden-size wide
+    if re.fullmatch(r"(attention/output/dense|output/(g_)?dense)/bias|.*LayerNorm/(gamma|beta)",
+                    name):
+        return rows(array, 0)
+    raise ValueError(f"no slicing rule for the layer weight {name!r}")
+
+
+def _slice_embedding_weight(kind, name, array, config, subnet):
+    """An `embeddings/...` or `embeddings_project/...` weight cut to the sub-network's hidden
+    channels: the projection's output columns, or without a projection the tables' columns and
+    the embedding LayerNorm; embeddings followed by a projection stay E wide."""
+    channels = HiddenChannels.of(config, subnet)
+    if kind == "embeddings_project":                               # kernel [E, H], bias [H]
+        return channels.take_array(array, -1)
+    if config.embedding_size != config.hidden_size:
+        return array
+    return channels.take_array(array, -1)                          # tables [V, H], LayerNorm [H]
 
 
 def subnetwork_weights(encoder, subnet):
@@ -104,7 +151,9 @@ def subnetwork_weights(encoder, subnet):
         array = ops.convert_to_numpy(variable)
         match = _LAYER_NAME.match(name)
         if match is None:
-            tensors[name] = array
+            top = _EMBEDDINGS_NAME.match(name)
+            tensors[name] = array if top is None else np.ascontiguousarray(
+                _slice_embedding_weight(top.group(1), top.group(2), array, config, subnet))
             continue
         old = int(match.group(2))
         if old in new_index:
@@ -127,9 +176,11 @@ def extract(encoder, subnet):
 def export(encoder, subnet, directory, format="keras"):
     """Write `subnet` of `encoder` as a checkpoint `ConvBertModel.from_pretrained` loads:
     format "keras" (native) or "tf1" for any sub-network, "hf" (transformers) only for those with
-    every head (depth and FFN reductions); returns the directory written."""
+    every head (depth and FFN reductions) or, with a smaller hidden size, whose heads fill it
+    (2 n d = h); returns the directory written."""
     full_sa, full_conv = heads_of(encoder.config)
-    if format == "hf" and (subnet.sa_heads, subnet.conv_heads) != (full_sa, full_conv):
+    if format == "hf" and subnet.hidden is None and \
+            (subnet.sa_heads, subnet.conv_heads) != (full_sa, full_conv):
         raise ConfigError(
             f"cannot export a sub-network with fewer heads ({subnet.sa_heads} of {full_sa}) to "
             "Hugging Face format: HF ConvBERT assumes the attention and convolution heads together "
@@ -137,7 +188,15 @@ def export(encoder, subnet, directory, format="keras"):
     sub_config = subnetwork_config(encoder.config, subnet)   # errors before anything is written
     if format == "hf":
         from model import hf_convert
-        hf_convert.config_to_hf(sub_config)
+        try:
+            hf_convert.config_to_hf(sub_config)
+        except ConfigError as e:
+            if subnet.hidden is None:
+                raise
+            raise ConfigError(
+                f"cannot export the hidden-size-{subnet.hidden} sub-network ({subnet.sa_heads} "
+                f"heads of each kind of {sub_config.head_size}) to Hugging Face format: {e}; use "
+                "format='keras' (loads with ConvBertModel.from_pretrained)") from None
     return extract(encoder, subnet).save_pretrained(os.fspath(directory), format=format)
 
 

@@ -38,18 +38,20 @@ a step costs 1.29x / 1.25x plain pre-training with num_sampled 0, 1.75x / 1.69x 
 cells every step. The compiled step holds 1 + num_sampled x (pool size) sub-network graphs (each
 slot's switch over the pool): tracing and XLA compilation take that much longer, once.
 
-Hidden size is NOT elastic: as in slicing.py (DynaBERT's width = attention heads + FFN neurons),
-embeddings, hidden size and LayerNorms stay full. The rebuttal's R1 experiment also varies the
-hidden size; that needs hidden-size slicing (embedding projection, LayerNorms, every dense's input
-rows), which slicing.py does not do.
+The (L, H) grid instead (the rebuttal's R1 experiment: one elastic 6-layer model, H = 128 / 256 /
+512 / 768, L = 4 / 6): `--elastic_hidden_sizes=128,256,512,768 --elastic_layers=4,6` makes the
+cells `Subnet.for_hidden(config, H, L)` (slicing.py: hidden size H of the residual stream, heads
+and FFN scaled by H / hidden_size, L layers by DynaBERT's rule), named L<L>_H<H>; the smallest
+cell is (smallest L, smallest H); the discriminator head of a cell is cut to its hidden size
+(`sliced_discriminator_head`). It replaces the width x depth grid (the flags do not combine).
 
 The sub-networks here are prefixes of the heads / FFN neurons in their stored order: training
 itself makes the first units the shared ones (no importance rewiring, which needs a trained model;
 OFA / BigNAS train prefixes from scratch the same way).
 
-After training `--extract_cells` exports each (width, depth) cell's discriminator encoder with
-elastic/extract.py into <model_dir>/cells/w<mw>_d<md>/ (`ConvBertModel.from_pretrained` loads
-it; its output equals `sliced_forward` of the trained model). The elastic settings are kept in
+After training `--extract_cells` exports each cell's discriminator encoder with elastic/extract.py
+into <model_dir>/cells/w<mw>_d<md>/ or cells/L<L>_H<H>/ (`ConvBertModel.from_pretrained` loads it;
+its output equals `sliced_forward` of the trained model). The elastic settings are kept in
 <model_dir>/elastic.json; a resume with other settings is refused (it would not be exact).
 Bad input: one line `error: ...`, exit 1. TensorFlow backend only (the training core).
 """
@@ -64,7 +66,8 @@ if __name__ == "__main__":   # before TensorFlow / Keras start (as run_pretraini
 import numpy as np  # noqa: E402
 
 from elastic.slicing import (DEPTH_MULTS, WIDTH_MULTS, Subnet, check_elastic,  # noqa: E402
-                             sliced_forward)
+                             sliced_discriminator_head, sliced_forward)
+from model.config import ConfigError  # noqa: E402
 from pretrain.task import PretrainingTask  # noqa: E402
 
 ELASTIC_FILE = "elastic.json"
@@ -79,6 +82,25 @@ class ElasticError(ValueError):
 
 def cell_name(width, depth):
     return f"w{width:g}_d{depth:g}"
+
+
+def hidden_cell_name(layers, hidden):
+    """The (L, H) cell's name, as the rebuttal writes it: L4_H256."""
+    return f"L{layers}_H{hidden}"
+
+
+def parse_sizes(text, what):
+    """'128,256' -> (256, 128), largest first; distinct positive integers."""
+    items = list(text) if isinstance(text, (tuple, list)) else \
+        [x.strip() for x in str(text).split(",") if x.strip()]
+    try:
+        values = tuple(int(x) for x in items)
+    except (TypeError, ValueError):
+        raise ElasticError(f"--{what}: not a comma list of integers: {text!r}") from None
+    if not values or any(v < 1 for v in values) or len(set(values)) != len(values) or \
+            any(isinstance(x, float) and not float(x).is_integer() for x in items):
+        raise ElasticError(f"--{what}: need distinct positive integers, got {text!r}")
+    return tuple(sorted(values, reverse=True))
 
 
 def parse_multipliers(text, what):
@@ -98,40 +120,85 @@ def parse_multipliers(text, what):
 class ElasticPretrainingTask(PretrainingTask):
     """PretrainingTask + RTD losses of the discriminator's sub-networks (module docstring).
 
-    widths / depths: the grid; num_sampled: random cells per step besides the smallest;
+    widths / depths: the (width, depth) grid; or hidden_sizes (+ layers: layer counts, default
+    all) for the (L, H) grid instead; num_sampled: random cells per step besides the smallest;
     include_smallest: False drops the smallest cell (with num_sampled 0 the task is then plain
     pre-training, step for step)."""
 
     def __init__(self, hp, train_files, vocab_size, special_ids=None, widths=WIDTH_MULTS,
-                 depths=DEPTH_MULTS, num_sampled=2, include_smallest=True):
+                 depths=DEPTH_MULTS, num_sampled=2, include_smallest=True, hidden_sizes=None,
+                 layers=None):
         super().__init__(hp, train_files, vocab_size, special_ids)
         if not hp.electra_objective:
             raise ElasticError("elastic pre-training trains the discriminator's sub-networks: "
                                "it needs electra_objective=true")
-        check_elastic(self.disc_config)
-        self.widths = parse_multipliers(widths, "elastic_widths")
-        self.depths = parse_multipliers(depths, "elastic_depths")
+        config = self.disc_config
+        check_elastic(config)
         self.include_smallest = bool(include_smallest)
-        self.cells = [(w, d) for w in self.widths for d in self.depths]
-        self.subnets = {cell: Subnet.for_width(self.disc_config, *cell) for cell in self.cells}
-        self.smallest = (self.widths[-1], self.depths[-1])
-        excluded = {(1.0, 1.0)} | ({self.smallest} if self.include_smallest else set())
+        self.hidden_grid = bool(hidden_sizes)
+        if self.hidden_grid:    # the (L, H) grid: cells (layers, hidden), largest first
+            self.widths = self.depths = None
+            self.hidden_sizes = parse_sizes(hidden_sizes, "elastic_hidden_sizes")
+            self.layer_counts = (parse_sizes(layers, "elastic_layers") if layers
+                                 else (config.num_hidden_layers,))
+            self.cells = [(n, h) for h in self.hidden_sizes for n in self.layer_counts]
+            try:
+                self.subnets = {cell: Subnet.for_hidden(config, cell[1], num_layers=cell[0])
+                                for cell in self.cells}
+            except ConfigError as e:
+                raise ElasticError(f"--elastic_hidden_sizes / --elastic_layers: {e}") from None
+            self.smallest = (self.layer_counts[-1], self.hidden_sizes[-1])
+            full = (config.num_hidden_layers, config.hidden_size)
+        else:
+            if layers:
+                raise ElasticError("--elastic_layers gives the layer counts of the (L, H) grid: "
+                                   "it needs --elastic_hidden_sizes")
+            self.widths = parse_multipliers(widths, "elastic_widths")
+            self.depths = parse_multipliers(depths, "elastic_depths")
+            self.cells = [(w, d) for w in self.widths for d in self.depths]
+            self.subnets = {cell: Subnet.for_width(config, *cell) for cell in self.cells}
+            self.smallest = (self.widths[-1], self.depths[-1])
+            full = (1.0, 1.0)
+        from elastic.extract import subnetwork_config
+        for cell, subnet in self.subnets.items():   # every cell can be extracted
+            try:
+                subnetwork_config(config, subnet)
+            except ConfigError as e:
+                raise ElasticError(f"cell {self.cell_name(cell)}: {e}") from None
+        excluded = {full} | ({self.smallest} if self.include_smallest else set())
         self.pool = [cell for cell in self.cells if cell not in excluded]
-        if self.include_smallest and self.smallest == (1.0, 1.0):
-            raise ElasticError("the elastic grid has only the full cell (widths and depths 1): "
-                               "give smaller --elastic_widths / --elastic_depths")
+        if self.include_smallest and self.smallest == full:
+            raise ElasticError(
+                "the elastic grid has only the full cell (" + (
+                    "hidden sizes and layer counts of the full model): give smaller "
+                    "--elastic_hidden_sizes / --elastic_layers" if self.hidden_grid else
+                    "widths and depths 1): give smaller --elastic_widths / --elastic_depths"))
         self.num_sampled = int(num_sampled)
         if not 0 <= self.num_sampled <= len(self.pool):
             raise ElasticError(
-                f"--num_sampled {num_sampled}: the grid {cell_name(self.widths[0], self.depths[0])}"
-                f" ... {cell_name(*self.smallest)} has {len(self.pool)} cells besides the full "
+                f"--num_sampled {num_sampled}: the grid {self.cell_name(self.cells[0])}"
+                f" ... {self.cell_name(self.smallest)} has {len(self.pool)} cells besides the full "
                 f"{'and the smallest ' if self.include_smallest else ''}one; give 0 to "
                 f"{len(self.pool)}")
 
+    def cell_name(self, cell):
+        """w<mw>_d<md> for a (width, depth) cell, L<L>_H<H> for an (L, H) one."""
+        return hidden_cell_name(*cell) if self.hidden_grid else cell_name(*cell)
+
+    def grid_text(self):
+        if self.hidden_grid:
+            return (f"hidden sizes {','.join(map(str, self.hidden_sizes))} x layers "
+                    f"{','.join(map(str, self.layer_counts))}")
+        return (f"widths {','.join(f'{w:g}' for w in self.widths)} x depths "
+                f"{','.join(f'{d:g}' for d in self.depths)}")
+
     def settings(self):
         """What an exact resume must keep (<model_dir>/elastic.json)."""
-        return {"widths": list(self.widths), "depths": list(self.depths),
-                "num_sampled": self.num_sampled, "include_smallest": self.include_smallest}
+        if self.hidden_grid:
+            grid = {"hidden_sizes": list(self.hidden_sizes), "layers": list(self.layer_counts)}
+        else:
+            grid = {"widths": list(self.widths), "depths": list(self.depths)}
+        return {**grid, "num_sampled": self.num_sampled, "include_smallest": self.include_smallest}
 
     # ------------------------------------------------------------------ sampling
     def sample_indices(self, step):
@@ -144,7 +211,7 @@ class ElasticPretrainingTask(PretrainingTask):
         return ops.cast(ops.argsort(uniforms[0])[:self.num_sampled], "int32")
 
     def sampled_cells(self, step):
-        """The (width, depth) cells drawn at `step` (eager; what `compute` trains then)."""
+        """The cells drawn at `step` (eager; what `compute` trains then)."""
         if not self.num_sampled:
             return []
         from keras import ops
@@ -155,7 +222,8 @@ class ElasticPretrainingTask(PretrainingTask):
         """(loss, loss_sum, accuracy) of RTD for one sub-network of the discriminator."""
         pretrainer = self.pretrainer
         hidden = sliced_forward(pretrainer.discriminator, inputs, subnet, training=True)
-        out = pretrainer.rtd_loss(pretrainer.disc_head(hidden), labels, input_mask, denominator)
+        logits = sliced_discriminator_head(pretrainer.disc_head, hidden, subnet, self.disc_config)
+        out = pretrainer.rtd_loss(logits, labels, input_mask, denominator)
         return out["disc_loss"], out["disc_loss_sum"], out["disc_accuracy"]
 
     def compute(self, batch, step, denominators):
@@ -215,7 +283,7 @@ class ElasticPretrainingTask(PretrainingTask):
     def describe(self, record):
         text = super().describe(record) + f" | electra loss {record['electra_loss']:.4f}"
         if self.include_smallest:
-            text += (f" | {cell_name(*self.smallest)} disc loss {record['small_disc_loss']:.4f} "
+            text += (f" | {self.cell_name(self.smallest)} disc loss {record['small_disc_loss']:.4f} "
                      f"acc {record['small_disc_accuracy']:.3f}")
         if self.num_sampled:
             text += (f" | {self.num_sampled} sampled disc loss "
@@ -241,16 +309,16 @@ class ElasticPretrainingTask(PretrainingTask):
             self.num_sampled * float(np.mean([share[c] for c in self.pool])) if self.num_sampled
             else 0.0)
         return {"relative_step_flops": 1.0 + extra * disc / plain,
-                "cell_share_of_discriminator": {cell_name(*c): v for c, v in share.items()}}
+                "cell_share_of_discriminator": {self.cell_name(c): v for c, v in share.items()}}
 
     def export_cells(self, model_dir, log=print):
-        """Every cell's discriminator encoder -> <model_dir>/cells/w<mw>_d<md>/ (keras format)."""
+        """Every cell's discriminator encoder -> <model_dir>/cells/<cell name>/ (keras format)."""
         from elastic.extract import export
         written = {}
         for cell in self.cells:
-            directory = os.path.join(model_dir, CELLS_DIR, cell_name(*cell))
-            written[cell_name(*cell)] = export(self.pretrainer.discriminator,
-                                               self.subnets[cell], directory)
+            directory = os.path.join(model_dir, CELLS_DIR, self.cell_name(cell))
+            written[self.cell_name(cell)] = export(self.pretrainer.discriminator,
+                                                   self.subnets[cell], directory)
         log(f"exported {len(written)} cells to {os.path.join(model_dir, CELLS_DIR)}")
         return written
 
@@ -270,22 +338,22 @@ def check_resume_settings(model_dir, settings):
 
 def elastic_pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print,
                      special_ids=None, widths=WIDTH_MULTS, depths=DEPTH_MULTS, num_sampled=2,
-                     include_smallest=True, extract_cells=False):
+                     include_smallest=True, extract_cells=False, hidden_sizes=None, layers=None):
     """Elastic pre-training (or its resume) in `model_dir` with pretrain/task.py's `pretrain`;
-    returns the run summary (+ the exported cells with `extract_cells`)."""
+    returns the run summary (+ the exported cells with `extract_cells`). `hidden_sizes` (and
+    `layers`) train the (L, H) grid instead of widths x depths."""
     import tensorflow as tf
     from pretrain.task import pretrain
     from training import distribution
     from training.state import write_json_atomic
     model_dir = os.fspath(model_dir)
     task = ElasticPretrainingTask(hp, train_files, vocab_size, special_ids, widths, depths,
-                                  num_sampled, include_smallest)
+                                  num_sampled, include_smallest, hidden_sizes, layers)
     settings = task.settings()
     path = check_resume_settings(model_dir, settings)
     cost = task.expected_cost()
-    log(f"elastic: grid {len(task.cells)} cells (widths {','.join(f'{w:g}' for w in task.widths)}"
-        f" x depths {','.join(f'{d:g}' for d in task.depths)}); per step the full model"
-        + (f" + smallest {cell_name(*task.smallest)}" if task.include_smallest else "")
+    log(f"elastic: grid {len(task.cells)} cells ({task.grid_text()}); per step the full model"
+        + (f" + smallest {task.cell_name(task.smallest)}" if task.include_smallest else "")
         + f" + {task.num_sampled} of {len(task.pool)} sampled; expected step cost "
         f"{cost['relative_step_flops']:.2f}x plain pre-training (forward FLOPs)")
     if distribution.is_chief(strategy):
@@ -308,11 +376,16 @@ def define_flags(flags):
                         "Width multipliers of the grid (heads + FFN; hidden size stays full).")
     flags.DEFINE_string("elastic_depths", ",".join(f"{d:g}" for d in DEPTH_MULTS),
                         "Depth multipliers of the grid (DynaBERT's layer rule).")
+    flags.DEFINE_string("elastic_hidden_sizes", "",
+                        "Hidden sizes of an (L, H) grid instead of widths x depths (the rebuttal's "
+                        "128,256,512,768): heads and FFN scale with the hidden size.")
+    flags.DEFINE_string("elastic_layers", "", "Layer counts of the (L, H) grid (e.g. 4,6; "
+                        "DynaBERT's layer rule; default all layers); needs --elastic_hidden_sizes.")
     flags.DEFINE_integer("num_sampled", 2, "Random cells per step besides the full and the "
                          "smallest one (sandwich rule).")
     flags.DEFINE_boolean("smallest", True, "Train the smallest cell every step.")
     flags.DEFINE_boolean("extract_cells", False, "After training, export every cell's "
-                         "discriminator to <model_dir>/cells/w<mw>_d<md>/.")
+                         "discriminator to <model_dir>/cells/w<mw>_d<md>/ (or L<L>_H<H>/).")
 
 
 def main(argv):
@@ -325,7 +398,6 @@ def main(argv):
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)
     from data.errors import DataError
-    from model.config import ConfigError
     from pretrain.hparams import HParamsError
     from training import TrainingError
     from training.distribution import DistributionError, make_strategy
@@ -335,6 +407,19 @@ def main(argv):
         if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
             raise ElasticError("elastic pre-training runs on the TensorFlow training core "
                                "(KERAS_BACKEND=tensorflow)")
+        hidden_sizes = layers = None
+        if FLAGS.elastic_hidden_sizes.strip():
+            given = [f"--{name}" for name in ("elastic_widths", "elastic_depths")
+                     if FLAGS[name].present]
+            if given:
+                raise ElasticError(f"--elastic_hidden_sizes defines an (L, H) grid: give its "
+                                   f"layer counts with --elastic_layers, not {' / '.join(given)}")
+            hidden_sizes = parse_sizes(FLAGS.elastic_hidden_sizes, "elastic_hidden_sizes")
+            if FLAGS.elastic_layers.strip():
+                layers = parse_sizes(FLAGS.elastic_layers, "elastic_layers")
+        elif FLAGS.elastic_layers.strip():
+            raise ElasticError("--elastic_layers gives the layer counts of the (L, H) grid: it "
+                               "needs --elastic_hidden_sizes")
         widths = parse_multipliers(FLAGS.elastic_widths, "elastic_widths")
         depths = parse_multipliers(FLAGS.elastic_depths, "elastic_depths")
         if FLAGS.num_sampled < 0:
@@ -349,7 +434,8 @@ def main(argv):
                                    special_ids=special_ids, widths=widths, depths=depths,
                                    num_sampled=FLAGS.num_sampled,
                                    include_smallest=FLAGS.smallest,
-                                   extract_cells=FLAGS.extract_cells)
+                                   extract_cells=FLAGS.extract_cells,
+                                   hidden_sizes=hidden_sizes, layers=layers)
     except user_errors as e:
         print(f"error: {rp._one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT

@@ -2,7 +2,9 @@
 the full ELECTRA objective plus the discriminator's sub-networks and logs the smallest cell; every
 extracted cell loads and equals the sliced trained model; the full-model part of the loss IS plain
 pre-training's (same batch, same weights: bit-identical); the cells drawn are a function of
-(seed, step) only, and a run killed and resumed ends bit-identical to one never interrupted."""
+(seed, step) only, and a run killed and resumed ends bit-identical to one never interrupted.
+The (L, H) grid (`--elastic_hidden_sizes`, `--elastic_layers`): a tiny run whose extracted
+hidden-size cells load and equal the sliced trained model, the grid's cells and draws, errors."""
 import json
 import os
 import subprocess
@@ -240,6 +242,126 @@ def test_bad_elastic_flags_are_one_line_errors(flag, message, tiny_data, tmp_pat
                           f"--vocab_file={vocab}", f"--model_dir={tmp_path / 'bad'}",
                           "--hparams=" + json.dumps(elastic_hparams()),
                           "--elastic_widths=1,0.5", "--elastic_depths=1,0.5", flag], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(message), err
+    assert not (tmp_path / "bad").exists()
+
+
+# ------------------------------------------------------------------------------- (e) (L, H) grid
+# The rebuttal's grid at tiny scale: hidden 64 (no embedding projection: the shared tables are cut)
+# with cells H 32 / 64 x L 1 / 2; H 32 keeps 1 + 1 heads of 16 and FFN 64.
+HIDDEN_MODEL = {**ELASTIC_MODEL, "embedding_size": 64}
+HIDDEN_CELLS = [(layers, hidden) for hidden in (64, 32) for layers in (2, 1)]
+HIDDEN_STEPS = 3
+HIDDEN_FLAGS = (f"--num_train_steps={HIDDEN_STEPS}", f"--save_checkpoints_steps={HIDDEN_STEPS}",
+                "--log_every_n_steps=1", "--seed=7", "--elastic_hidden_sizes=32,64",
+                "--elastic_layers=1,2", "--num_sampled=1", "--extract_cells")
+
+
+@pytest.fixture(scope="module")
+def hidden_reference(tiny_data, tmp_path_factory):
+    pattern, vocab = tiny_data
+    model_dir = tmp_path_factory.mktemp("elastic_hidden") / "run"
+    cmd = [sys.executable, "-m", "elastic.pretrain", f"--pretrain_tfrecords={pattern}",
+           f"--vocab_file={vocab}", f"--model_dir={model_dir}",
+           "--hparams=" + json.dumps(tiny_hparams(model_hparam_overrides=HIDDEN_MODEL)),
+           *HIDDEN_FLAGS]
+    proc = subprocess.run(cmd, cwd=str(REPO), env=driver_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return model_dir, proc
+
+
+def test_hidden_grid_pretraining_runs_and_its_cells_load(hidden_reference):
+    """`python -m elastic.pretrain --elastic_hidden_sizes=32,64 --elastic_layers=1,2`: the losses
+    add up (smallest cell L1_H32 every step + 1 sampled), the expected cost covers every (L, H)
+    cell, and every extracted cell loads and equals the sliced forward of the trained model."""
+    from keras import ops
+    from elastic.slicing import Subnet, sliced_forward
+    from model import ConvBertModel
+    model_dir, proc = hidden_reference
+    summary = read_summary(model_dir)
+    assert summary["global_step"] == HIDDEN_STEPS and len(summary["history"]) == HIDDEN_STEPS
+    for record in summary["history"]:
+        for key in ("loss", "electra_loss", "small_disc_loss", "sampled_disc_loss"):
+            assert np.isfinite(record[key]), (key, record)
+        want = record["electra_loss"] + 50.0 * (record["small_disc_loss"]
+                                                + record["sampled_disc_loss"])
+        assert record["loss"] == pytest.approx(want, rel=1e-6)
+    assert "L1_H32 disc loss" in proc.stdout
+    assert "hidden sizes 64,32 x layers 2,1" in proc.stdout
+    elastic = summary["elastic"]
+    assert (elastic["hidden_sizes"], elastic["layers"]) == ([64, 32], [2, 1])
+    assert "widths" not in elastic
+    share = elastic["cell_share_of_discriminator"]
+    assert sorted(share) == sorted(f"L{n}_H{h}" for n, h in HIDDEN_CELLS)
+    assert share["L2_H64"] == 1.0
+    assert share["L2_H64"] > share["L1_H64"] > share["L1_H32"] > 0
+    assert share["L2_H64"] > share["L2_H32"] > share["L1_H32"]
+    assert 1.0 < elastic["relative_step_flops"] < 2.0
+
+    full = ConvBertModel.from_pretrained(str(model_dir))
+    assert full.embeddings_project is None
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, full.config.vocab_size, (3, 20)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 14:] = 0
+    inputs = {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}
+    assert sorted(os.listdir(model_dir / "cells")) == sorted(share)
+    for layers, hidden in HIDDEN_CELLS:
+        cell = ConvBertModel.from_pretrained(str(model_dir / "cells" / f"L{layers}_H{hidden}"))
+        assert (cell.config.num_hidden_layers, cell.config.hidden_size) == (layers, hidden)
+        assert cell.config.embedding_size == hidden
+        subnet = Subnet.for_hidden(full.config, hidden, num_layers=layers)
+        got = ops.convert_to_numpy(cell(inputs, training=False))
+        want = ops.convert_to_numpy(sliced_forward(full, inputs, subnet, training=False))
+        assert got.shape == (3, 20, hidden)
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_hidden_grid_cells_and_draws(in_process):
+    """The (L, H) grid in-process (no training): cells, the smallest, the pool, draws a function
+    of (seed, step), the resume settings, one-line errors for cells that do not fit."""
+    from elastic.pretrain import ElasticError, ElasticPretrainingTask
+    hp, files, vocab_size, special = in_process     # hidden 64, embedding 32 (a projection)
+
+    def task(**kw):
+        return ElasticPretrainingTask(hp, files, vocab_size, special, **kw)
+    a = task(hidden_sizes=(16, 64, 48), layers=(1, 2), num_sampled=2)
+    assert a.cells == [(2, 64), (1, 64), (2, 48), (1, 48), (2, 16), (1, 16)]
+    assert a.smallest == (1, 16) and len(a.pool) == 4 and (2, 64) not in a.pool
+    assert a.subnets[(1, 48)].hidden == 48 and a.subnets[(2, 64)].hidden is None
+    assert a.settings() == {"hidden_sizes": [64, 48, 16], "layers": [2, 1], "num_sampled": 2,
+                            "include_smallest": True}
+    b = task(hidden_sizes="64,48,16", layers="2,1", num_sampled=2)
+    draws = [a.sampled_cells(step) for step in range(30)]
+    assert draws == [b.sampled_cells(step) for step in range(30)]
+    assert {cell for cells in draws for cell in cells} == set(a.pool)
+    assert task(hidden_sizes=(48,), num_sampled=0).cells == [(2, 48)]   # default: all layers
+    for kw, message in [
+            (dict(hidden_sizes=(40,)), "multiple of the head size 16"),
+            (dict(hidden_sizes=(32, 64)), "cell L2_H32: cannot extract hidden size 32"),
+            (dict(hidden_sizes=(16,), layers=(3,)), "layer count must be an integer in"),
+            (dict(layers=(1,)), "needs --elastic_hidden_sizes"),
+            (dict(hidden_sizes=(64,), layers=(2,)), "only the full cell")]:
+        with pytest.raises(ElasticError, match=message) as e:
+            task(num_sampled=0, **kw)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--elastic_hidden_sizes=32,64", "--elastic_widths=1,0.5"),
+     "error: --elastic_hidden_sizes defines an (L, H) grid"),
+    (("--elastic_layers=1",), "error: --elastic_layers gives the layer counts"),
+    (("--elastic_hidden_sizes=32,x",), "error: --elastic_hidden_sizes: not a comma list"),
+    (("--elastic_hidden_sizes=24,64", "--num_sampled=0"), "error: --elastic_hidden_sizes / "
+     "--elastic_layers: hidden size 24"),
+])
+def test_bad_hidden_grid_flags_are_one_line_errors(flags, message, tiny_data, tmp_path, capsys):
+    pattern, vocab = tiny_data
+    code, err = run_main(["elastic.pretrain", f"--pretrain_tfrecords={pattern}",
+                          f"--vocab_file={vocab}", f"--model_dir={tmp_path / 'bad'}",
+                          "--hparams=" + json.dumps(elastic_hparams()), *flags], capsys)
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 1 and len(lines) == 1 and lines[0].startswith(message), err
     assert not (tmp_path / "bad").exists()
