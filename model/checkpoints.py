@@ -8,7 +8,9 @@
   like the released convbert_{small,medium_small,base} checkpoints; needs TensorFlow.
 
 Loading reports missing and unexpected names and refuses to load part of a model: a missing weight
-or a weight of another shape is an error naming it. Pickle files (`pytorch_model.bin`) are refused.
+or a weight of another shape is an error naming it, and so is a weight holding NaN or inf (a
+diverged run's checkpoint: refused when read, naming the file). Pickle files (`pytorch_model.bin`)
+are refused.
 
 Every path goes through `model/fileio.py`, so a checkpoint may be read from and written to a bucket
 (`gs://...`) or TensorFlow's in-memory `ram://` as well as a local directory.
@@ -78,14 +80,35 @@ def _reject_pickle(path):
                           "(transformers: model.save_pretrained(dir, safe_serialization=True))")
 
 
+def check_finite(tensors, where):
+    """Refuse weights holding NaN or inf (saved by a run that diverged): one line naming the
+    file `where` and the first such weight. Returns `tensors`."""
+    bad = [name for name, array in tensors.items() if _non_finite(array)]
+    if bad:
+        array = np.asarray(tensors[bad[0]], dtype=np.float64)
+        raise CheckpointError(
+            f"{where}: {len(bad)} weight(s) hold non-finite values, e.g. {bad[0]} "
+            f"({int(np.isnan(array).sum())} NaN, {int(np.isinf(array).sum())} inf of "
+            f"{array.size}); the run that saved it diverged: use an earlier checkpoint")
+    return tensors
+
+
+def _non_finite(array):
+    array = np.asarray(array)
+    if array.dtype.kind not in "fc" and array.dtype.name != "bfloat16":
+        return False
+    return not np.isfinite(array).all()
+
+
 def _load_safetensors(path):
     """{name: array} of one safetensors file (read as bytes: any filesystem)."""
     from safetensors.numpy import load
     try:
-        return load(fileio.read_bytes(path))
+        tensors = load(fileio.read_bytes(path))
     except Exception as e:  # SafetensorError (a truncated or foreign file), or a bad header
         raise CheckpointError(f"{path}: not a readable safetensors file "
                               f"({' '.join(str(e).split()) or type(e).__name__})") from None
+    return check_finite(tensors, path)
 
 
 def _read_safetensors(directory):
@@ -129,7 +152,8 @@ def read_tf1_checkpoint(path):
         reader = tf.compat.v1.train.NewCheckpointReader(prefix)
     except Exception as e:  # tf raises several error types for unreadable checkpoints
         raise CheckpointError(f"{prefix}: not a readable TF checkpoint ({type(e).__name__})") from None
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    return check_finite({name: reader.get_tensor(name)
+                         for name in reader.get_variable_to_shape_map()}, prefix)
 
 
 def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):

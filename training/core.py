@@ -28,6 +28,10 @@
   steps (task fields, lr, seq/s, elapsed, ETA), TensorBoard scalars, a history of window
   records, and a non-finite guard: a non-finite loss (or gradient norm, without loss scaling)
   stops the run before any save, so the last good checkpoint is never overwritten.
+* fp16 (mixed_float16): Keras' LossScaleOptimizer skips a step whose gradients are non-finite
+  (weights, Adam moments and its `iterations`, hence the learning-rate schedule, untouched; the
+  step counter and the data stream move on) and halves the scale. A scale driven below 1
+  (training/loop.py MIN_LOSS_SCALE) stops the run as a non-finite loss does.
 """
 import dataclasses
 import time
@@ -36,7 +40,8 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.loop import TrainingError, run_loop, run_summary, steps_this_call
+from training.loop import (TrainingError, non_finite_message, run_loop, run_summary,
+                           steps_this_call)
 from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
 
@@ -284,26 +289,41 @@ class TrainingCore:
         iterator = self._iterator(examples // s.batch_size)
         train_step = self.train_step()
 
+        saver = None
+        if checkpoint_dir is not None:
+            saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
+                                    scratch_dir=None if self.chief else scratch_dir)
+        last_saved = [last_checkpoint]
+
+        def save(step):
+            last_saved[0] = self._save(saver, export_dir)
+            return last_saved[0]
+
         def run_steps(step):
             if s.steps_per_loop > 1:
                 num = steps_this_call(s, step)
                 out = train_step(iterator, tf.constant(num, tf.int32))
             else:
                 num, out = 1, train_step(iterator)
-            return num, {k: v.numpy() for k, v in out.items()}
-
-        saver = None
-        if checkpoint_dir is not None:
-            saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
-                                    scratch_dir=None if self.chief else scratch_dir)
+            values = {k: v.numpy() for k, v in out.items()}
+            if self.loss_scaled:
+                # fp16: LossScaleOptimizer skipped any step with non-finite gradients (weights
+                # and moments untouched, the scale halved). A scale driven below
+                # MIN_LOSS_SCALE means nothing trains any more: stop as for a non-finite loss.
+                message = non_finite_message(
+                    values, step + num, label=self.task.label, learning_rate=s.learning_rate,
+                    checkpointing=saver is not None, last_saved=last_saved[0],
+                    loss_scaled=True, loss_scale=float(self.optimizer.dynamic_scale.numpy()))
+                if message:
+                    raise TrainingError(message)
+            return num, values
         own_writer = writer is None
         if own_writer:
             writer = ScalarWriter(log_dir if self.chief else None)
         try:
             result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
                               describe=self.task.describe, schedule=self.schedule,
-                              save=None if saver is None else (
-                                  lambda step: self._save(saver, export_dir)),
+                              save=None if saver is None else save,
                               last_saved=last_checkpoint, log=self.log, label=self.task.label,
                               writer=writer, scalar_prefix=self.task.scalar_prefix,
                               loss_scaled=self.loss_scaled)

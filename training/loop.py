@@ -84,16 +84,25 @@ def steps_this_call(settings, step):
     return min(bounds) - step
 
 
+# fp16: below this loss scale the skipped steps have stopped being overflow (DeepSpeed's
+# min_loss_scale): the gradients are non-finite even unscaled, and nothing trains any more.
+MIN_LOSS_SCALE = 1.0
+
+
 def non_finite_message(values, step, *, label="", learning_rate=None, checkpointing=True,
-                       last_saved=None, loss_scaled=False):
+                       last_saved=None, loss_scaled=False, loss_scale=None):
     """The stop message for a non-finite loss or gradient norm (None when both are finite).
     With loss scaling a non-finite gradient is expected now and then: the step is skipped and the
-    scale lowered."""
+    scale lowered. Only once the scale (`loss_scale`, after the step) has fallen below
+    MIN_LOSS_SCALE does a non-finite gradient stop the run."""
     loss = float(values["loss"])
     grad_norm = float(values.get("grad_norm", 0.0))
-    if math.isfinite(loss) and (math.isfinite(grad_norm) or loss_scaled):
+    collapsed = loss_scale is not None and loss_scale < MIN_LOSS_SCALE
+    if math.isfinite(loss) and (math.isfinite(grad_norm) or (loss_scaled and not collapsed)):
         return None
     what, bad = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
+    if what != "loss" and loss_scaled:
+        step = f"{step}, after skipped steps halved the fp16 loss scale to {loss_scale:g}"
     prefix = f"{label}: " if label else ""
     saved = ""
     if checkpointing:
