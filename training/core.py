@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.loop import (TrainingError, non_finite_message, run_loop, run_summary,
+from training.loop import (TrainingError, run_loop, run_summary,
                            steps_this_call)
 from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
@@ -293,11 +293,8 @@ class TrainingCore:
         if checkpoint_dir is not None:
             saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
                                     scratch_dir=None if self.chief else scratch_dir)
-        last_saved = [last_checkpoint]
-
         def save(step):
-            last_saved[0] = self._save(saver, export_dir)
-            return last_saved[0]
+            return self._save(saver, export_dir)
 
         def run_steps(step):
             if s.steps_per_loop > 1:
@@ -306,16 +303,8 @@ class TrainingCore:
             else:
                 num, out = 1, train_step(iterator)
             values = {k: v.numpy() for k, v in out.items()}
-            if self.loss_scaled:
-                # fp16: LossScaleOptimizer skipped any step with non-finite gradients (weights
-                # and moments untouched, the scale halved). A scale driven below
-                # MIN_LOSS_SCALE means nothing trains any more: stop as for a non-finite loss.
-                message = non_finite_message(
-                    values, step + num, label=self.task.label, learning_rate=s.learning_rate,
-                    checkpointing=saver is not None, last_saved=last_saved[0],
-                    loss_scaled=True, loss_scale=float(self.optimizer.dynamic_scale.numpy()))
-                if message:
-                    raise TrainingError(message)
+            if self.loss_scaled:  # fp16: the scale after this call (run_loop stops on collapse)
+                values["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
             return num, values
         own_writer = writer is None
         if own_writer:

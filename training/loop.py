@@ -6,7 +6,8 @@
     summary = run_summary(settings, result, started_at, extra={...})
 
 A core supplies `run_steps(step) -> (num_steps, {metric: numpy sum over those steps})` (its
-compiled step, one or `steps_this_call` of them) and `save(step) -> checkpoint path`. The loop
+compiled step, one or `steps_this_call` of them; an fp16 core adds "loss_scale", the scale after
+the call) and `save(step) -> checkpoint path`. The loop
 owns what is the same on every backend:
 
 * the non-finite guard: a non-finite loss (or gradient norm, unless loss scaling skips such steps)
@@ -151,10 +152,13 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
             num, values = run_steps(step)
             step += num
             rate.step_done(step)
+            # fp16 runs report the loss scale after the call: one below MIN_LOSS_SCALE means
+            # skipped steps have stopped being overflow, and the run stops as for a NaN loss.
+            loss_scale = values.pop("loss_scale", None)
             message = non_finite_message(values, step, label=label,
                                          learning_rate=s.learning_rate,
                                          checkpointing=save is not None, last_saved=last_saved,
-                                         loss_scaled=loss_scaled)
+                                         loss_scaled=loss_scaled, loss_scale=loss_scale)
             if message:
                 raise TrainingError(message)
             window = values if window is None else {k: window[k] + values[k] for k in window}

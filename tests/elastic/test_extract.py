@@ -22,6 +22,19 @@ FOUR_LAYERS = {name: dict(config, num_hidden_layers=4) for name, config in CONFI
 ATOL = 1e-5
 
 
+def transformers_output(directory, inputs):
+    """The last hidden state of transformers' ConvBertModel loaded from the HF export in
+    `directory`, on our `inputs` (skips where torch / transformers are not installed)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf_model = transformers.ConvBertModel.from_pretrained(str(directory)).eval()
+    with torch.no_grad():
+        return hf_model(input_ids=torch.tensor(inputs["input_ids"]).long(),
+                        attention_mask=torch.tensor(inputs["input_mask"]).long(),
+                        token_type_ids=torch.tensor(inputs["segment_ids"]).long()
+                        ).last_hidden_state.numpy()
+
+
 def outputs(model, inputs):
     return ops.convert_to_numpy(model(inputs))
 
@@ -164,15 +177,8 @@ def test_depth_only_subnetwork_round_trips_through_hugging_face(tmp_path):
         np.testing.assert_allclose(outputs(loaded, inputs), sliced(model, inputs, subnet),
                                    atol=ATOL, rtol=0)
     # ... and transformers reads the last one (PyTorch vs TensorFlow arithmetic: 2e-5).
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    hf_model = transformers.ConvBertModel.from_pretrained(str(directory)).eval()
-    with torch.no_grad():
-        hf_out = hf_model(input_ids=torch.tensor(inputs["input_ids"]).long(),
-                          attention_mask=torch.tensor(inputs["input_mask"]).long(),
-                          token_type_ids=torch.tensor(inputs["segment_ids"]).long())
-    np.testing.assert_allclose(hf_out.last_hidden_state.numpy(), sliced(model, inputs, subnet),
-                               atol=2e-5, rtol=0)
+    np.testing.assert_allclose(transformers_output(directory, inputs),
+                               sliced(model, inputs, subnet), atol=2e-5, rtol=0)
 
 
 def test_fewer_heads_cannot_be_exported_to_hugging_face(tmp_path):

@@ -20,6 +20,7 @@ from elastic.slicing import (HiddenChannels, Subnet, layers_for_count, sliced_di
                              sliced_forward)
 from model import ConvBertConfig, ConvBertModel, flops
 from model.config import ConfigError
+from tests.elastic.test_extract import transformers_output
 from tests.elastic.test_rewire import randomized_model
 from tests.model.test_checkpoints import tiny_inputs
 
@@ -240,14 +241,8 @@ def test_hidden_cells_round_trip_through_hugging_face(tmp_path):
     assert "\n" not in str(e.value) and "format='keras'" in str(e.value)
     assert not os.path.exists(tmp_path / "hf48")
     # ... and transformers reads the grouped one (PyTorch vs this backend's arithmetic: 2e-5)
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    hf_model = transformers.ConvBertModel.from_pretrained(str(directory)).eval()
-    with torch.no_grad():
-        hf_out = hf_model(input_ids=torch.tensor(inputs["input_ids"]).long(),
-                          attention_mask=torch.tensor(inputs["input_mask"]).long(),
-                          token_type_ids=torch.tensor(inputs["segment_ids"]).long())
-    np.testing.assert_allclose(hf_out.last_hidden_state.numpy(), reference, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(transformers_output(directory, inputs), reference, atol=2e-5,
+                               rtol=0)
 
 
 # ------------------------------------------------------------------------------- RTD head

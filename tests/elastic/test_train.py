@@ -19,6 +19,16 @@ WORDS = ("the cat dog sat ran on mat red blue big small house car tree river sun
 SEQ = 24
 
 
+def random_mrpc_features(num_examples, seed=0):
+    """`num_examples` random MRPC-shaped features (ids 5..19 of the tiny vocab, SEQ tokens, no
+    padding, binary labels) for a DynaBertTask."""
+    rng = np.random.default_rng(seed)
+    return {"input_ids": rng.integers(5, 20, (num_examples, SEQ)).astype(np.int32),
+            "input_mask": np.ones((num_examples, SEQ), np.int32),
+            "segment_ids": np.zeros((num_examples, SEQ), np.int32),
+            "label_ids": rng.integers(0, 2, num_examples).astype(np.int32)}
+
+
 def write_tiny_glue(root, n_train=96, n_dev=40, seed=0):
     """MRPC-like TSVs (label 1: the second sentence is the first reversed) and a vocab."""
     rng = random.Random(seed)
@@ -117,11 +127,7 @@ def test_task_distils_depth_against_full_teacher(setup):
     import tensorflow as tf
     root, glue_dir, vocab, teacher_dir = setup
     config, tensors, _ = load_finetuned(str(teacher_dir), "mrpc")
-    rng = np.random.default_rng(0)
-    features = {"input_ids": rng.integers(5, 20, (8, SEQ)).astype(np.int32),
-                "input_mask": np.ones((8, SEQ), np.int32),
-                "segment_ids": np.zeros((8, SEQ), np.int32),
-                "label_ids": rng.integers(0, 2, 8).astype(np.int32)}
+    features = random_mrpc_features(8)
     task = DynaBertTask("mrpc", "depth", (config, tensors), (config, tensors), features, 8,
                         width_list=(1.0,), depth_list=(1.0, 0.5), rewire_student=False)
     task.build()

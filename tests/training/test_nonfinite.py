@@ -139,15 +139,11 @@ def test_language_model(tmp_path):
 def test_dynabert(tmp_path):
     """DynaBERT's distillation (elastic/train.py) from a tiny fine-tuned teacher."""
     from elastic.train import DynaBertTask, load_finetuned
-    from tests.elastic.test_train import SEQ, finetune_teacher, write_tiny_glue
+    from tests.elastic.test_train import finetune_teacher, random_mrpc_features, write_tiny_glue
     glue_dir, vocab = write_tiny_glue(tmp_path)
     teacher_dir = finetune_teacher(tmp_path, glue_dir, vocab, steps=2)
     config, tensors, _ = load_finetuned(str(teacher_dir), "mrpc")
-    rng = np.random.default_rng(0)
-    features = {"input_ids": rng.integers(5, 20, (16, SEQ)).astype(np.int32),
-                "input_mask": np.ones((16, SEQ), np.int32),
-                "segment_ids": np.zeros((16, SEQ), np.int32),
-                "label_ids": rng.integers(0, 2, 16).astype(np.int32)}
+    features = random_mrpc_features(16)
     base = TrainSettings(total_steps=TOTAL, batch_size=4, learning_rate=1e-3, warmup_steps=0)
     check_guard(lambda: DynaBertTask("mrpc", "width", (config, tensors), (config, tensors),
                                      features, 4, width_list=(1.0, 0.5), depth_list=(1.0,),
