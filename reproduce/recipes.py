@@ -4,11 +4,12 @@ One `Recipe` per scale. Every model of a scale (ConvBERT, the ELECTRA baseline a
 initialised ConvBERT) sees the same data, steps, batch and fine-tuning settings; only the encoder
 architecture differs.
 
-* `tiny`: the small-compute recipe (docs/RESULTS.md): pretrain.hparams.TINY_MODEL (2 layers,
-  hidden 128, E 64) with ELECTRA's small recipe (1/4-wide generator, temperature 1, disc weight 50)
-  but peak lr 1e-4: ELECTRA's 5e-4 with a short warm-up collapses the discriminator, because its
-  Adam has no bias correction (docs/PRETRAINING.md §6). 1,000 steps of 32 x 128; fine-tuning
-  shortened to 3 epochs, 4,000 examples per task, 64 tokens. About 2 hours on 2 CPU cores.
+* `tiny`: the small-compute recipe (docs/RESULTS.md §7): pretrain.hparams.TINY_MODEL (2 layers,
+  hidden 128, E 64) with ELECTRA's small recipe (peak lr 5e-4, 1/4-wide generator, temperature 1,
+  disc weight 50), warm-up 10% of the 3,000 steps of 32 x 128; fine-tuning shortened to 3 epochs,
+  4,000 examples per task, 64 tokens. About 25 minutes of pre-training per model on 2 CPU cores.
+* `tiny_1k`: the first small-compute recipe (docs/RESULTS.md §1-§3): the same model, peak lr 1e-4,
+  warm-up 100, 1,000 steps. Its generator never left the unigram level.
 * `small`, `base`: the paper's recipes (ConvBERT Tables 5 and 6, official configure_*.py):
   1M steps of 128 x 128 (small, lr 3e-4) or 256 x 128 (base, lr 2e-4), 10k warm-up; fine-tuning
   with lr 3e-4 (small) / 1e-4 (base), layer-wise decay 0.8, batch 32, 3 epochs (RTE/STS-B 10),
@@ -67,17 +68,24 @@ class Recipe:
                 for model in PRETRAINED}
 
 
+_TINY_FINETUNE = dict(learning_rate=3e-4, num_train_epochs=3.0, max_seq_length=64,
+                      train_batch_size=32, eval_batch_size=128, max_train_examples=4000,
+                      log_every_steps=50)
 RECIPES = {
     "tiny": Recipe(
         scale="tiny", model_size="tiny", model_overrides={},
+        pretrain=dict(num_train_steps=3000, num_warmup_steps=300, learning_rate=5e-4,
+                      train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
+                      save_checkpoints_steps=150, keep_checkpoint_max=20, log_every_n_steps=50,
+                      export_on_save=False),
+        finetune=_TINY_FINETUNE, num_trials=3),
+    "tiny_1k": Recipe(
+        scale="tiny_1k", model_size="tiny", model_overrides={},
         pretrain=dict(num_train_steps=1000, num_warmup_steps=100, learning_rate=1e-4,
                       train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
                       save_checkpoints_steps=100, keep_checkpoint_max=20, log_every_n_steps=50,
                       export_on_save=False),
-        finetune=dict(learning_rate=3e-4, num_train_epochs=3.0, max_seq_length=64,
-                      train_batch_size=32, eval_batch_size=128, max_train_examples=4000,
-                      log_every_steps=50),
-        num_trials=3),
+        finetune=_TINY_FINETUNE, num_trials=3),
     "small": Recipe(
         scale="small", model_size="small", model_overrides={},
         pretrain=dict(num_train_steps=1000000, num_warmup_steps=10000, learning_rate=3e-4,

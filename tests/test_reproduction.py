@@ -125,8 +125,9 @@ def test_longer_pretraining_keeps_the_recipe():
     assert longer.pretrain["save_checkpoints_steps"] == 200
     for key in ("learning_rate", "num_warmup_steps", "train_batch_size"):
         assert longer.pretrain[key] == tiny.pretrain[key]
-    assert longer.finetune == tiny.finetune and tiny.pretrain["num_train_steps"] == 1000
-    assert tiny.with_pretrain_steps(500).pretrain["save_checkpoints_steps"] == 100
+    assert longer.finetune == tiny.finetune and tiny.pretrain["num_train_steps"] == 3000
+    assert tiny.with_pretrain_steps(500).pretrain["save_checkpoints_steps"] == 150
+    assert get_recipe("tiny_1k").with_pretrain_steps(500).pretrain["save_checkpoints_steps"] == 100
     with pytest.raises(RecipeError, match="--pretrain_steps"):
         tiny.with_pretrain_steps(0)
 
