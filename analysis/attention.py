@@ -434,13 +434,8 @@ def run(argv):
 
 def main(argv=None):
     """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input."""
-    try:
-        return run(sys.argv[1:] if argv is None else list(argv))
-    except Exception as e:  # noqa: BLE001 -- user errors become one line, the rest propagate
-        if not isinstance(e, _user_error_types()):
-            raise
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
-        return 1
+    from finetune.console import run_command
+    return run_command(run, argv, _user_error_types)
 
 
 if __name__ == "__main__":

@@ -292,14 +292,10 @@ def user_error_types():
 
 
 def main(argv=None, run_fn=run):
-    """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input."""
-    try:
-        return run_fn(sys.argv[1:] if argv is None else list(argv))
-    except Exception as e:  # noqa: BLE001 -- user errors become one line, the rest propagate
-        if not isinstance(e, user_error_types()):
-            raise
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
-        return getattr(e, "exit_code", 1)   # 128 + signal after SIGTERM/SIGINT
+    """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input (128 + signal
+    after SIGTERM/SIGINT)."""
+    from finetune.console import run_command
+    return run_command(run_fn, argv, user_error_types)
 
 
 if __name__ == "__main__":

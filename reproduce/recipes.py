@@ -68,23 +68,22 @@ class Recipe:
                 for model in PRETRAINED}
 
 
+# What the two tiny recipes share (they differ in schedule and peak learning rate).
+_TINY_PRETRAIN = dict(train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
+                      keep_checkpoint_max=20, log_every_n_steps=50, export_on_save=False)
 _TINY_FINETUNE = dict(learning_rate=3e-4, num_train_epochs=3.0, max_seq_length=64,
                       train_batch_size=32, eval_batch_size=128, max_train_examples=4000,
                       log_every_steps=50)
 RECIPES = {
     "tiny": Recipe(
         scale="tiny", model_size="tiny", model_overrides={},
-        pretrain=dict(num_train_steps=3000, num_warmup_steps=300, learning_rate=5e-4,
-                      train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
-                      save_checkpoints_steps=150, keep_checkpoint_max=20, log_every_n_steps=50,
-                      export_on_save=False),
+        pretrain=dict(_TINY_PRETRAIN, num_train_steps=3000, num_warmup_steps=300,
+                      learning_rate=5e-4, save_checkpoints_steps=150),
         finetune=_TINY_FINETUNE, num_trials=3),
     "tiny_1k": Recipe(
         scale="tiny_1k", model_size="tiny", model_overrides={},
-        pretrain=dict(num_train_steps=1000, num_warmup_steps=100, learning_rate=1e-4,
-                      train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
-                      save_checkpoints_steps=100, keep_checkpoint_max=20, log_every_n_steps=50,
-                      export_on_save=False),
+        pretrain=dict(_TINY_PRETRAIN, num_train_steps=1000, num_warmup_steps=100,
+                      learning_rate=1e-4, save_checkpoints_steps=100),
         finetune=_TINY_FINETUNE, num_trials=3),
     "small": Recipe(
         scale="small", model_size="small", model_overrides={},
