@@ -40,8 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.loop import (TrainingError, run_loop, run_summary,
-                           steps_this_call)
+from training.loop import TrainingError, run_loop, run_summary, steps_this_call
 from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
 
@@ -293,6 +292,7 @@ class TrainingCore:
         if checkpoint_dir is not None:
             saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
                                     scratch_dir=None if self.chief else scratch_dir)
+
         def save(step):
             return self._save(saver, export_dir)
 
