@@ -32,7 +32,7 @@ import sys
 
 from absl import app, flags
 
-from finetune.console import UsageError, say
+from finetune.console import UsageError, run_command, say
 from training import define_distribution_flags
 
 # Our own flag registry, not absl's global one: run_pretraining.py defines flags of the same names
@@ -204,15 +204,7 @@ def main(argv):
     if len(argv) > 1:
         print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
         sys.exit(2)
-    try:
-        code = run(argv)
-    except Exception as e:  # noqa: BLE001 -- user errors become one line, the rest propagate
-        if not isinstance(e, _user_error_types()):
-            raise
-        message = " ".join(str(e).split())
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
-    sys.exit(code)
+    sys.exit(run_command(run, argv, _user_error_types))   # 128 + signal after SIGTERM/SIGINT
 
 
 if __name__ == "__main__":
