@@ -41,6 +41,9 @@ flags.DEFINE_boolean("reference", False, "Also train the PyTorch ELECTRA referen
                      "held-out curves beside ours (needs torch + transformers).")
 flags.DEFINE_integer("pretrain_steps", None, "Pre-train this many steps instead of the "
                      "recipe's (a longer run of the same recipe; warm-up and peak lr unchanged).")
+flags.DEFINE_string("finetune_at_steps", "", "Comma-separated earlier kept checkpoints (steps) "
+                    "of each pre-trained model to fine-tune too, e.g. 2000,4000,6000: GLUE as a "
+                    "function of pre-training length (results.md, glue_vs_steps.png).")
 flags.DEFINE_string("pretrain_flags", "", "Extra flags for run_pretraining.py.")
 flags.DEFINE_string("finetune_flags", "", "Extra flags for run_finetuning.py.")
 flags.DEFINE_boolean("report_only", False, "Only rewrite the report from finished stages.")
@@ -63,6 +66,12 @@ def main(argv):
         recipe = get_recipe(FLAGS.scale)
         if FLAGS.pretrain_steps is not None:
             recipe = recipe.with_pretrain_steps(FLAGS.pretrain_steps)
+        try:
+            finetune_at_steps = [int(s) for s in FLAGS.finetune_at_steps.split(",") if s.strip()]
+        except ValueError:
+            raise RecipeError("--finetune_at_steps must be comma-separated integers, got "
+                              f"{FLAGS.finetune_at_steps!r}") from None
+        finetune_at_steps = recipe.checked_finetune_steps(finetune_at_steps)
     except RecipeError as e:
         fail(e)
     if not FLAGS.output_dir:
@@ -84,7 +93,7 @@ def main(argv):
             num_shards=FLAGS.num_shards, build_processes=FLAGS.build_processes, models=models,
             tasks=tasks, seed=FLAGS.seed,
             reference=FLAGS.reference, pretrain_flags=shlex.split(FLAGS.pretrain_flags),
-            finetune_flags=shlex.split(FLAGS.finetune_flags))
+            finetune_flags=shlex.split(FLAGS.finetune_flags), finetune_at_steps=finetune_at_steps)
         if FLAGS.report_only:
             from reproduce.report import write_report
             print("report: " + ", ".join(write_report(repro)))

@@ -14,8 +14,11 @@ when its result is already there, so rerunning the same command resumes the repr
       pretrain/<model>/heldout_curve.jsonl   the fixed held-out batch at every checkpoint
       reference/                             optional: the PyTorch ELECTRA reference (--reference)
       finetune/<model>/                      run_finetuning.py model_dirs (results/)
+      pretrain/<model>/steps/<N>/            --finetune_at_steps: the export of kept checkpoint N
+      finetune/<model>_step<N>/              ... and its fine-tuning (same tasks, seeds, recipe)
       logs/<stage>.log
-      results.md, results.json, pretraining_curves.png, glue_scores.png   (reproduce.report)
+      results.md, results.json, pretraining_curves.png, glue_scores.png   (reproduce.report;
+      glue_vs_steps.png with --finetune_at_steps)
 
 The held-out batch comes from the last shard of the first corpus directory, which no model
 trains on.
@@ -46,14 +49,17 @@ class Reproduction:
     def __init__(self, recipe, output_dir, corpus_dirs, glue_dir, vocab_file=None,
                  vocab_size=30522, num_shards=16, build_processes=2, models=MODELS, tasks=None, seed=0,
                  reference=False, pretrain_flags=(), finetune_flags=(), log=_say, pretrained=None,
-                 heldout_curves=True):
+                 heldout_curves=True, finetune_at_steps=()):
         """`pretrained`: {name: recipes.PretrainedModel} of the models to pre-train (default: the
         recipe's ConvBERT and ELECTRA); `models`: which names are fine-tuned (those of
         `pretrained`, and "random": the recipe's ConvBERT with random weights).
-        `heldout_curves`: score every kept checkpoint on the held-out batch."""
+        `heldout_curves`: score every kept checkpoint on the held-out batch.
+        `finetune_at_steps`: earlier kept checkpoints of each pre-trained model to fine-tune too
+        (what pre-training buys as a function of its length)."""
         self.recipe = recipe
         self.pretrained = dict(recipe.pretrained_models() if pretrained is None else pretrained)
         self.heldout_curves = heldout_curves
+        self.finetune_at_steps = recipe.checked_finetune_steps(finetune_at_steps)
         self.out = str(output_dir)
         self.corpus_dirs = list(corpus_dirs)
         self.glue_dir = glue_dir
@@ -87,8 +93,12 @@ class Reproduction:
     def pretrain_dir(self, model):
         return self.path("pretrain", model)
 
-    def finetune_dir(self, model):
-        return self.path("finetune", model)
+    def finetune_dir(self, model, step=None):
+        """Fine-tuning of the final model, or (`step`) of the export of kept checkpoint `step`."""
+        return self.path("finetune", model if step is None else f"{model}_step{step}")
+
+    def step_export_dir(self, model, step):
+        return os.path.join(self.pretrain_dir(model), "steps", str(step))
 
     def present_tasks(self):
         """The five GLUE tasks with a train split under --glue_dir (QNLI/MNLI/QQP need one)."""
@@ -264,8 +274,8 @@ class Reproduction:
             hp.update(model_size="small", model_hparam_overrides=config)
         return hp
 
-    def finished_tasks(self, model):
-        """Tasks whose every seed has its dev metrics in finetune/<model>/results."""
+    def finished_tasks(self, model, step=None):
+        """Tasks whose every seed has its dev metrics in finetune_dir(model, step)/results."""
         n = self.recipe.num_trials
         done = []
         for task in self.tasks:
@@ -273,24 +283,41 @@ class Reproduction:
                 names = [f"{task}_dev_metrics.json"]
             else:
                 names = [f"{task}_dev_metrics_trial{k}.json" for k in range(1, n + 1)]
-            if all(tf.io.gfile.exists(os.path.join(self.finetune_dir(model), "results", name))
+            if all(tf.io.gfile.exists(os.path.join(self.finetune_dir(model, step), "results", name))
                    for name in names):
                 done.append(task)
         return done
 
-    def finetune(self, model):
-        """One run_finetuning.py call per model over the tasks not finished yet."""
-        done = self.finished_tasks(model)
+    def export_step(self, model, step):
+        """The discriminator of kept checkpoint `step`, exported for fine-tuning."""
+        from pretrain.export_step import is_exported
+        output = self.step_export_dir(model, step)
+        if is_exported(output):
+            self.log(f"[export_{model}_step{step}] {output} exists, skipped")
+            return
+        self._run(f"export_{model}_step{step}", [
+            "-m", "pretrain.export_step", f"--model_dir={self.pretrain_dir(model)}",
+            f"--step={step}", f"--output_dir={output}", f"--vocab_file={self.vocab_file}"])
+
+    def finetune(self, model, step=None):
+        """One run_finetuning.py call per model (or per kept checkpoint `step` of a pre-trained
+        model) over the tasks not finished yet."""
+        stage = f"finetune_{model}" if step is None else f"finetune_{model}_step{step}"
+        done = self.finished_tasks(model, step)
         todo = [t for t in self.tasks if t not in done]
         if not todo:
-            self.log(f"[finetune_{model}] {', '.join(self.tasks)} done, skipped")
+            self.log(f"[{stage}] {', '.join(self.tasks)} done, skipped")
             return
         if done:
-            self.log(f"[finetune_{model}] {', '.join(done)} done; running {', '.join(todo)}")
-        init = [] if model == "random" else [f"--init_checkpoint={self.pretrain_dir(model)}"]
-        self._run(f"finetune_{model}", [
+            self.log(f"[{stage}] {', '.join(done)} done; running {', '.join(todo)}")
+        if model == "random":
+            init = []
+        else:
+            source = self.pretrain_dir(model) if step is None else self.step_export_dir(model, step)
+            init = [f"--init_checkpoint={source}"]
+        self._run(stage, [
             "run_finetuning.py", f"--data_dir={self.glue_dir}", f"--task_names={','.join(todo)}",
-            f"--vocab_file={self.vocab_file}", f"--model_dir={self.finetune_dir(model)}", *init,
+            f"--vocab_file={self.vocab_file}", f"--model_dir={self.finetune_dir(model, step)}", *init,
             f"--num_trials={self.recipe.num_trials}", f"--seed={self.seed}",
             f"--hparams={json.dumps(self.finetune_hparams(model))}", *self.finetune_flags])
 
@@ -314,6 +341,10 @@ class Reproduction:
             self.reference_run()
         for model in self.models:
             self.finetune(model)
+        for model in pretrained:
+            for step in self.finetune_at_steps:
+                self.export_step(model, step)
+                self.finetune(model, step)
         if report:
             from reproduce import report as report_module
             paths = report_module.write_report(self)

@@ -55,6 +55,21 @@ class Recipe:
                 pretrain["save_checkpoints_steps"], -(-steps // pretrain["keep_checkpoint_max"]))
         return dataclasses.replace(self, pretrain=pretrain)
 
+    def checked_finetune_steps(self, steps):
+        """The sorted distinct steps of --finetune_at_steps: each a checkpoint this recipe saves
+        (a multiple of save_checkpoints_steps) before its last step (which is always fine-tuned)."""
+        total = self.pretrain["num_train_steps"]
+        every = self.pretrain.get("save_checkpoints_steps")
+        steps = sorted(set(int(s) for s in steps))
+        for step in steps:
+            if not 0 < step < total:
+                raise RecipeError(f"--finetune_at_steps: {step} is not between 0 and the last "
+                                  f"pre-training step {total} (which is fine-tuned anyway)")
+            if every and step % every:
+                raise RecipeError(f"--finetune_at_steps: no checkpoint is saved at step {step} "
+                                  f"(one every {every} steps)")
+        return steps
+
     def pretrain_hparams(self, model):
         """--hparams of run_pretraining.py for "convbert" or "electra"."""
         overrides = dict(self.model_overrides)

@@ -1,5 +1,6 @@
 """The reproduction's report: one Markdown table in the paper's layout, a JSON of every number,
-and PNG plots (pre-training curves, GLUE scores with their spread over seeds).
+and PNG plots (pre-training curves, GLUE scores with their spread over seeds; with
+--finetune_at_steps, GLUE against the pre-training step of the fine-tuned checkpoint).
 
 Cells are the median over fine-tuning seeds with mean ± sample std (ddof 1) and n, as
 `finetune.glue.leaderboard.summarize_trials` computes them; the headline metric per task is the
@@ -75,7 +76,34 @@ def collect(repro):
     return {"scale": repro.recipe.scale, "tasks": list(repro.tasks), "models": list(repro.models),
             "heldout_shards": heldout,
             "num_trials": repro.recipe.num_trials, "glue": glue, "pretraining": pretraining,
-            "pretraining_helps": pretraining_helps(glue)}
+            "pretraining_helps": pretraining_helps(glue),
+            "glue_by_step": glue_by_step(repro, glue)}
+
+
+def glue_by_step(repro, glue):
+    """{model: [{"step", "glue": {task: entry}, "helps": {task: bool}}]} over the kept checkpoints
+    fine-tuned with --finetune_at_steps and the final model (last), for each pre-trained model;
+    {} without --finetune_at_steps."""
+    from finetune.glue.metrics import PAPER_METRIC
+    steps = getattr(repro, "finetune_at_steps", ())
+    result = {}
+    for model in ("convbert", "electra"):
+        if not steps or model not in repro.models:
+            continue
+        rows = []
+        for step in steps:
+            entries = {}
+            for task in repro.tasks:
+                summary = task_summary(repro.finetune_dir(model, step), task)
+                if summary is not None:
+                    entries[task] = {"metric": PAPER_METRIC.get(task, "accuracy"), "summary": summary}
+            rows.append({"step": step, "glue": entries})
+        rows.append({"step": repro.recipe.pretrain["num_train_steps"], "glue": glue.get(model, {})})
+        for row in rows:
+            row["helps"] = pretraining_helps({model: row["glue"], "random": glue.get("random", {})}
+                                             ).get(model, {})
+        result[model] = rows
+    return result
 
 
 def _headline(entry):
@@ -125,6 +153,27 @@ def markdown(data):
             wins = sum(per_task.values())
             detail = ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in per_task.items())
             lines.append(f"- {MODEL_TITLES[model]}: {wins} of {len(per_task)} tasks ({detail})")
+    if data.get("glue_by_step"):
+        lines += ["", "GLUE dev by pre-training step (the kept checkpoint of that step, fine-tuned "
+                  "with the same recipe and seeds; the last row of each model is the final "
+                  "model above); wins: mean above random init's by more than the larger std.", "",
+                  "| model | step | " + " | ".join(TASK_TITLES.get(t, t) for t in tasks)
+                  + " | Avg | wins |", "|---|---|" + "---|" * (len(tasks) + 2)]
+        for model, rows in data["glue_by_step"].items():
+            for row in rows:
+                cells, medians = [], []
+                for task in tasks:
+                    entry = row["glue"].get(task)
+                    if entry is None:
+                        cells.append("–")
+                        continue
+                    s = _headline(entry)
+                    medians.append(s["median"])
+                    cells.append(f"{s['median']:.1f} ({s['mean']:.1f} ± {s['std']:.1f})")
+                avg = f"{sum(medians) / len(medians):.1f}" if len(medians) == len(tasks) else "–"
+                wins = f"{sum(row['helps'].values())} of {len(row['helps'])}" if row["helps"] else "–"
+                lines.append(f"| {MODEL_TITLES[model]} | {row['step']} | " + " | ".join(cells)
+                             + f" | {avg} | {wins} |")
     if data["pretraining"]:
         lines += ["", "| pre-training | steps | parameters (gen + disc) | wall | seq/s | "
                   "held-out gen acc | held-out disc AUC |", "|---|---|---|---|---|---|---|"]
@@ -199,6 +248,36 @@ def plot_glue(data, png):
     save_figure(fig, png)
 
 
+def plot_glue_by_step(data, png):
+    """One panel per task: mean ± std over seeds against the pre-training step of the fine-tuned
+    checkpoint, for each pre-trained model; random init as a line with its ±std band."""
+    plt = pyplot()
+    tasks = data["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.4 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        random = data["glue"].get("random", {}).get(task)
+        if random:
+            s = _headline(random)
+            ax.axhline(s["mean"], color=COLORS["random"], linestyle="--",
+                       label=f"{MODEL_TITLES['random']} (mean ± std)")
+            ax.axhspan(s["mean"] - s["std"], s["mean"] + s["std"], color=COLORS["random"],
+                       alpha=0.2)
+        for model, rows in data["glue_by_step"].items():
+            points = [(r["step"], _headline(r["glue"][task])) for r in rows if task in r["glue"]]
+            if points:
+                ax.errorbar([p[0] for p in points], [p[1]["mean"] for p in points],
+                            yerr=[p[1]["std"] for p in points], color=COLORS[model], marker="o",
+                            capsize=3, label=f"{MODEL_TITLES[model]} (mean ± std)")
+        ax.set(xlabel="pre-training step of the fine-tuned checkpoint",
+               ylabel="dev score (×100)", title=TASK_TITLES.get(task, task))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"GLUE dev against pre-training length, scale {data['scale']}, "
+                 f"{data['num_trials']} seeds per point")
+    fig.tight_layout()
+    save_figure(fig, png)
+
+
 def _write_text(path, text):
     with tf.io.gfile.GFile(path + ".tmp", "w") as f:
         f.write(text)
@@ -217,4 +296,7 @@ def write_report(repro):
     else:
         del paths["curves"]
     plot_glue(data, paths["glue"])
+    if data["glue_by_step"]:
+        paths["by_step"] = repro.path("glue_vs_steps.png")
+        plot_glue_by_step(data, paths["by_step"])
     return list(paths.values())

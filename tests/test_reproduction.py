@@ -1,6 +1,7 @@
 """run_reproduction.py end to end at the `smoke` scale: two corpus directories -> shards ->
 ConvBERT and ELECTRA pre-training -> held-out curves -> the PyTorch reference -> GLUE fine-tuning
-of both and of a random init (2 seeds, five tasks) -> the report. Then a rerun skips every stage.
+of both and of a random init (2 seeds, five tasks), and of both models' step-2 checkpoints
+(--finetune_at_steps) -> the report. Then a rerun skips every stage.
 
 Real data from ../shared (a slice of WikiText-2 and of one Gutenberg book, the five GLUE tasks, the
 BERT vocab); skipped cleanly without it. A few minutes on 2 CPU cores.
@@ -13,6 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT, shared_path
+from tests.test_bad_inputs import stderr_lines
 
 TASKS = ("cola", "sst", "mrpc", "sts", "rte")
 
@@ -42,7 +44,7 @@ def reproduction(tmp_path_factory):
     out = root / "out"
     args = ["--scale=smoke", f"--corpus_dirs={root / 'corpus_a'},{root / 'corpus_b'}",
             f"--glue_dir={glue}", f"--vocab_file={vocab}", f"--output_dir={out}",
-            "--num_shards=4", "--build_processes=1", "--reference"]
+            "--num_shards=4", "--build_processes=1", "--reference", "--finetune_at_steps=2"]
     first = run_cli(args)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     return out, args, first
@@ -58,7 +60,8 @@ def test_table_is_complete(reproduction):
             metric = summary[data["glue"][model][task]["metric"]]
             assert metric["n"] == 2 and metric["min"] <= metric["median"] <= metric["max"]
     table = (out / "results.md").read_text()
-    glue_rows = [r for r in table.splitlines() if r.count("±") == len(TASKS)]
+    glue_rows = [r for r in table.splitlines()   # | model | 5 tasks | Avg |, not the by-step rows
+                 if r.count("±") == len(TASKS) and r.count("|") == len(TASKS) + 3]
     assert [r.split("|")[1].strip() for r in glue_rows] == [
         "ConvBERT", "ELECTRA (BERT architecture)", "ConvBERT, random init"]
     assert set(data["pretraining_helps"]) == {"convbert", "electra"}
@@ -80,9 +83,65 @@ def test_pretraining_and_heldout_curves(reproduction):
     assert [r["step"] for r in reference] == [2, 4]
 
 
+def test_glue_by_pretraining_step(reproduction):
+    out, _, _ = reproduction
+    data = json.loads((out / "results.json").read_text())
+    for model in ("convbert", "electra"):
+        rows = data["glue_by_step"][model]
+        assert [r["step"] for r in rows] == [2, 4]
+        assert rows[-1]["glue"] == data["glue"][model]   # the last row is the final model
+        assert set(rows[0]["glue"]) == set(TASKS) and set(rows[0]["helps"]) == set(TASKS)
+        for entry in rows[0]["glue"].values():
+            assert entry["summary"][entry["metric"]]["n"] == 2
+        log = (out / "logs" / f"finetune_{model}_step2.log").read_text()
+        assert f"--init_checkpoint={out / 'pretrain' / model / 'steps' / '2'}" in log
+    table = (out / "results.md").read_text()
+    assert sum(1 for r in table.splitlines() if r.startswith("| ConvBERT | 2 |")) == 1
+
+
+def test_exported_step_is_that_checkpoint(reproduction, tmp_path):
+    """The export of the last kept step equals the run's own final export; step 2's differs."""
+    from safetensors.numpy import load_file
+    out, _, _ = reproduction
+    run = out / "pretrain" / "convbert"
+    proc = subprocess.run([sys.executable, "-m", "pretrain.export_step", f"--model_dir={run}",
+                           "--step=4", f"--output_dir={tmp_path / 'last'}"], cwd=REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def weights(directory):
+        files = sorted(directory.glob("*.safetensors"))
+        assert files, directory
+        return {k: v for f in files for k, v in load_file(str(f)).items()}
+
+    final_dir = next(p for p in (run / "discriminator", run / "export" / "discriminator")
+                     if p.is_dir())
+    final, last = weights(final_dir), weights(tmp_path / "last" / "discriminator")
+    step2 = weights(run / "steps" / "2" / "discriminator")
+    assert final.keys() == last.keys() == step2.keys()
+    assert all((final[k] == last[k]).all() for k in final)
+    assert any((final[k] != step2[k]).any() for k in final)
+    assert (tmp_path / "last" / "generator").is_dir()
+
+
+def test_export_of_a_step_not_kept_is_one_line(reproduction, tmp_path):
+    out, _, _ = reproduction
+    proc = subprocess.run([sys.executable, "-m", "pretrain.export_step",
+                           f"--model_dir={out / 'pretrain' / 'convbert'}", "--step=3",
+                           f"--output_dir={tmp_path / 'x'}"], cwd=REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    lines = stderr_lines(proc.stderr)   # TensorFlow's start-up lines left out
+    assert len(lines) == 1 and lines[0].endswith("no kept checkpoint of step 3 (kept: 2, 4)")
+    assert lines[0].startswith("error: ") and not (tmp_path / "x").exists()
+
+
 def test_plots_are_pngs(reproduction):
     out, _, _ = reproduction
-    for name in ("pretraining_curves.png", "glue_scores.png", "reference/reference_vs_ours.png"):
+    for name in ("pretraining_curves.png", "glue_scores.png", "glue_vs_steps.png",
+                 "reference/reference_vs_ours.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
@@ -101,9 +160,11 @@ def test_rerun_skips_every_stage(reproduction):
     second = run_cli(args)
     assert second.returncode == 0, second.stderr[-3000:]
     for stage in ("shards", "pretrain_convbert", "pretrain_electra", "heldout_convbert",
-                  "heldout_electra", "finetune_convbert", "finetune_electra", "finetune_random"):
+                  "heldout_electra", "finetune_convbert", "finetune_electra", "finetune_random",
+                  "export_convbert_step2", "finetune_electra_step2"):
         assert f"[{stage}]" in second.stdout
     assert "run_pretraining.py" not in second.stdout and "run_finetuning.py" not in second.stdout
+    assert "pretrain.export_step" not in second.stdout
     assert json.loads((out / "results.json").read_text())["glue"] == json.loads(before)["glue"]
 
 
@@ -138,4 +199,19 @@ def test_bad_pretrain_steps_is_one_line(tmp_path):
                     "--pretrain_steps=-3"])
     assert proc.returncode == 1
     assert proc.stderr.strip() == "error: --pretrain_steps must be positive, got -3"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("steps, message", [
+    ("3", "--finetune_at_steps: no checkpoint is saved at step 3 (one every 2 steps)"),
+    ("4", "--finetune_at_steps: 4 is not between 0 and the last pre-training step 4 "
+          "(which is fine-tuned anyway)"),
+    ("2,x", "--finetune_at_steps must be comma-separated integers, got '2,x'"),
+])
+def test_bad_finetune_at_steps_is_one_line(tmp_path, steps, message):
+    glue = shared_path("data", "glue")
+    proc = run_cli([f"--corpus_dirs={tmp_path}", f"--glue_dir={glue}", "--scale=smoke",
+                    f"--output_dir={tmp_path / 'out'}", f"--finetune_at_steps={steps}"])
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: {message}"
     assert not (tmp_path / "out").exists()
