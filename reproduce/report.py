@@ -127,6 +127,21 @@ def pretraining_helps(glue):
     return result
 
 
+def _score_cells(entries, tasks):
+    """One table row's cells: `median (mean ± std)` per task ("–" when missing), then the Avg of
+    the medians ("–" unless every task has one)."""
+    cells, medians = [], []
+    for task in tasks:
+        entry = entries.get(task)
+        if entry is None:
+            cells.append("–")
+            continue
+        s = _headline(entry)
+        medians.append(s["median"])
+        cells.append(f"{s['median']:.1f} ({s['mean']:.1f} ± {s['std']:.1f})")
+    return cells + [f"{sum(medians) / len(medians):.1f}" if len(medians) == len(tasks) else "–"]
+
+
 def markdown(data):
     tasks = data["tasks"]
     lines = [f"GLUE dev, scale `{data['scale']}`: median over {data['num_trials']} fine-tuning "
@@ -135,17 +150,8 @@ def markdown(data):
              "| model | " + " | ".join(TASK_TITLES.get(t, t) for t in tasks) + " | Avg |",
              "|---|" + "---|" * (len(tasks) + 1)]
     for model in data["models"]:
-        cells, medians = [], []
-        for task in tasks:
-            entry = data["glue"].get(model, {}).get(task)
-            if entry is None:
-                cells.append("–")
-                continue
-            s = _headline(entry)
-            medians.append(s["median"])
-            cells.append(f"{s['median']:.1f} ({s['mean']:.1f} ± {s['std']:.1f})")
-        avg = f"{sum(medians) / len(medians):.1f}" if len(medians) == len(tasks) else "–"
-        lines.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + f" | {avg} |")
+        cells = _score_cells(data["glue"].get(model, {}), tasks)
+        lines.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + " |")
     helps = data["pretraining_helps"]
     if helps:
         lines += ["", "Pre-trained mean above random init's mean by more than the larger std:", ""]
@@ -161,19 +167,10 @@ def markdown(data):
                   + " | Avg | wins |", "|---|---|" + "---|" * (len(tasks) + 2)]
         for model, rows in data["glue_by_step"].items():
             for row in rows:
-                cells, medians = [], []
-                for task in tasks:
-                    entry = row["glue"].get(task)
-                    if entry is None:
-                        cells.append("–")
-                        continue
-                    s = _headline(entry)
-                    medians.append(s["median"])
-                    cells.append(f"{s['median']:.1f} ({s['mean']:.1f} ± {s['std']:.1f})")
-                avg = f"{sum(medians) / len(medians):.1f}" if len(medians) == len(tasks) else "–"
+                cells = _score_cells(row["glue"], tasks)
                 wins = f"{sum(row['helps'].values())} of {len(row['helps'])}" if row["helps"] else "–"
                 lines.append(f"| {MODEL_TITLES[model]} | {row['step']} | " + " | ".join(cells)
-                             + f" | {avg} | {wins} |")
+                             + f" | {wins} |")
     if data["pretraining"]:
         lines += ["", "| pre-training | steps | parameters (gen + disc) | wall | seq/s | "
                   "held-out gen acc | held-out disc AUC |", "|---|---|---|---|---|---|---|"]
