@@ -56,17 +56,21 @@ def pretraining_record(model_dir):
             "heldout": _read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
 
 
+def glue_entries(finetune_dir, tasks):
+    """{task: {"metric": the paper's headline metric, "summary": task_summary}} of one fine-tuning
+    run, for the tasks with results."""
+    from finetune.glue.metrics import PAPER_METRIC
+    entries = {}
+    for task in tasks:
+        summary = task_summary(finetune_dir, task)
+        if summary is not None:
+            entries[task] = {"metric": PAPER_METRIC.get(task, "accuracy"), "summary": summary}
+    return entries
+
+
 def collect(repro):
     """Every number of the reproduction as one JSON-able dict."""
-    from finetune.glue.metrics import PAPER_METRIC
-    glue = {}
-    for model in repro.models:
-        glue[model] = {}
-        for task in repro.tasks:
-            summary = task_summary(repro.finetune_dir(model), task)
-            if summary is not None:
-                glue[model][task] = {"metric": PAPER_METRIC.get(task, "accuracy"),
-                                     "summary": summary}
+    glue = {model: glue_entries(repro.finetune_dir(model), repro.tasks) for model in repro.models}
     pretraining = {}
     for model in ("convbert", "electra"):
         record = pretraining_record(repro.pretrain_dir(model))
@@ -84,20 +88,12 @@ def glue_by_step(repro, glue):
     """{model: [{"step", "glue": {task: entry}, "helps": {task: bool}}]} over the kept checkpoints
     fine-tuned with --finetune_at_steps and the final model (last), for each pre-trained model;
     {} without --finetune_at_steps."""
-    from finetune.glue.metrics import PAPER_METRIC
-    steps = getattr(repro, "finetune_at_steps", ())
     result = {}
     for model in ("convbert", "electra"):
-        if not steps or model not in repro.models:
+        if not repro.finetune_at_steps or model not in repro.models:
             continue
-        rows = []
-        for step in steps:
-            entries = {}
-            for task in repro.tasks:
-                summary = task_summary(repro.finetune_dir(model, step), task)
-                if summary is not None:
-                    entries[task] = {"metric": PAPER_METRIC.get(task, "accuracy"), "summary": summary}
-            rows.append({"step": step, "glue": entries})
+        rows = [{"step": step, "glue": glue_entries(repro.finetune_dir(model, step), repro.tasks)}
+                for step in repro.finetune_at_steps]
         rows.append({"step": repro.recipe.pretrain["num_train_steps"], "glue": glue.get(model, {})})
         for row in rows:
             row["helps"] = pretraining_helps({model: row["glue"], "random": glue.get("random", {})}

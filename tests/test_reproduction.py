@@ -19,10 +19,14 @@ from tests.test_bad_inputs import stderr_lines
 TASKS = ("cola", "sst", "mrpc", "sts", "rte")
 
 
-def run_cli(args):
+def run_cli(args, command=("run_reproduction.py",), timeout=1200):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, str(REPO_ROOT / "run_reproduction.py"), *args],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    return subprocess.run([sys.executable, *command, *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_export(args):
+    return run_cli(args, command=("-m", "pretrain.export_step"), timeout=600)
 
 
 def _head(source, target, num_lines):
@@ -104,10 +108,7 @@ def test_exported_step_is_that_checkpoint(reproduction, tmp_path):
     from safetensors.numpy import load_file
     out, _, _ = reproduction
     run = out / "pretrain" / "convbert"
-    proc = subprocess.run([sys.executable, "-m", "pretrain.export_step", f"--model_dir={run}",
-                           "--step=4", f"--output_dir={tmp_path / 'last'}"], cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
-                          capture_output=True, text=True, timeout=600)
+    proc = run_export([f"--model_dir={run}", "--step=4", f"--output_dir={tmp_path / 'last'}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     def weights(directory):
@@ -115,9 +116,7 @@ def test_exported_step_is_that_checkpoint(reproduction, tmp_path):
         assert files, directory
         return {k: v for f in files for k, v in load_file(str(f)).items()}
 
-    final_dir = next(p for p in (run / "discriminator", run / "export" / "discriminator")
-                     if p.is_dir())
-    final, last = weights(final_dir), weights(tmp_path / "last" / "discriminator")
+    final, last = weights(run / "discriminator"), weights(tmp_path / "last" / "discriminator")
     step2 = weights(run / "steps" / "2" / "discriminator")
     assert final.keys() == last.keys() == step2.keys()
     assert all((final[k] == last[k]).all() for k in final)
@@ -127,11 +126,8 @@ def test_exported_step_is_that_checkpoint(reproduction, tmp_path):
 
 def test_export_of_a_step_not_kept_is_one_line(reproduction, tmp_path):
     out, _, _ = reproduction
-    proc = subprocess.run([sys.executable, "-m", "pretrain.export_step",
-                           f"--model_dir={out / 'pretrain' / 'convbert'}", "--step=3",
-                           f"--output_dir={tmp_path / 'x'}"], cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
-                          capture_output=True, text=True, timeout=600)
+    proc = run_export([f"--model_dir={out / 'pretrain' / 'convbert'}", "--step=3",
+                       f"--output_dir={tmp_path / 'x'}"])
     assert proc.returncode == 1
     lines = stderr_lines(proc.stderr)   # TensorFlow's start-up lines left out
     assert len(lines) == 1 and lines[0].endswith("no kept checkpoint of step 3 (kept: 2, 4)")
