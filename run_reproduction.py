@@ -21,7 +21,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
 
-flags.DEFINE_string("scale", "tiny", "tiny | tiny_1k (the first tiny recipe) | small | base "
+flags.DEFINE_string("scale", "tiny", "tiny | tiny_3ep (tiny, fine-tuned 3 epochs on every task) | tiny_1k (the first tiny recipe) | small | base "
                     "(| smoke: the end-to-end test).")
 flags.DEFINE_string("corpus_dirs", None, "Comma-separated directories of UTF-8 text files.")
 flags.DEFINE_string("glue_dir", None, "GLUE data (<glue_dir>/<TASK>/{train,dev}.tsv).")

@@ -3,7 +3,7 @@ variant (a configs/ row) and fine-tune it on GLUE with the same data, steps and 
 table and one plot per study.
 
     python -m analysis.ablation --study table2|table1|kernel|conv_only|all \\
-        --scale tiny|tiny_1k|small|base|smoke --corpus_dirs DIRS --glue_dir DIR --vocab_file FILE \\
+        --scale tiny|tiny_3ep|tiny_1k|small|base|smoke --corpus_dirs DIRS --glue_dir DIR --vocab_file FILE \\
         --output_dir DIR [--variants a,b] [--kernels 1,3,5,9] [--tasks mrpc,rte] [--seeds N] \\
         [--pretrain_steps N] [--no_heldout] [--pretrain_flags '...'] [--finetune_flags '...']
 
@@ -162,7 +162,7 @@ def small_compute_overrides(row, recipe):
     `smoke`: the smoke recipe's own 1-layer, width-32 model with the structural fields (no size
     relation; its numbers mean nothing).
     """
-    if recipe.scale != "smoke" and recipe.model_size != "tiny":  # tiny, tiny_1k: TINY_MODEL
+    if recipe.scale != "smoke" and recipe.model_size != "tiny":  # tiny, tiny_3ep, tiny_1k: TINY_MODEL
         return {}
     structure = {field: getattr(row, field) for field in STRUCTURAL_FIELDS}
     if recipe.scale == "smoke":
@@ -225,7 +225,7 @@ def parse_args(argv):
                             "Fig. 5, convolution-only) and tabulate GLUE dev scores.")
     p.add_argument("--study", required=True, choices=STUDIES + ("all",))
     p.add_argument("--scale", default="tiny",
-                   help="tiny | tiny_1k | small | base | smoke (reproduce/recipes.py)")
+                   help="tiny | tiny_3ep | tiny_1k | small | base | smoke (reproduce/recipes.py)")
     p.add_argument("--corpus_dirs", required=True, help="comma-separated directories of text files")
     p.add_argument("--glue_dir", required=True, help="<glue_dir>/<TASK>/{train,dev}.tsv")
     p.add_argument("--vocab_file", required=True, help="WordPiece vocab")

@@ -152,9 +152,20 @@ def evaluate(batch, gen_logits_fn, disc_logits_fn, temperature=1.0, seed=4321, c
     gen_logits_fn(masked_input_ids, input_mask, segment_ids, masked_lm_positions) -> [b, N, V];
     disc_logits_fn(fake_ids, input_mask, segment_ids) -> [b, T]; NumPy in, NumPy out.
     """
+    corrupted = corrupt(batch, gen_logits_fn, temperature, seed, chunk)
+    return {"gen_accuracy": corrupted["gen_accuracy"], "gen_loss": corrupted["gen_loss"],
+            **discriminate(batch, corrupted, disc_logits_fn, chunk)}
+
+
+def corrupt(batch, gen_logits_fn, temperature=1.0, seed=4321, chunk=32):
+    """The generator's replacements of a `heldout_batch`: {"fake_ids" [B, T], "labels" [B, T]
+    (replaced and different from the original), "gen_accuracy", "gen_loss"}.
+
+    Gumbel-max samples with the same noise for every run (`np.random.default_rng([seed, i])` for
+    the i-th chunk), so two generators differ only by their logits."""
     size = len(batch["input_ids"])
     gen_correct = gen_loss = gen_weight = 0.0
-    labels_all, scores_all = [], []
+    fakes, labels_all = [], []
     for index, start in enumerate(range(0, size, chunk)):
         part = {k: np.asarray(v)[start:start + chunk] for k, v in batch.items()}
         ids, mask, segments = part["input_ids"], part["input_mask"], part["segment_ids"]
@@ -169,21 +180,31 @@ def evaluate(batch, gen_logits_fn, disc_logits_fn, temperature=1.0, seed=4321, c
         gen_correct += float(np.sum(weights * (logits.argmax(-1) == lm_ids)))
         gen_weight += float(weights.sum())
 
-        # Gumbel-max replacements with the same noise for every run.
         u = np.random.default_rng([seed, index]).random(logits.shape, dtype=np.float32)
         sampled = np.argmax(logits / np.float32(temperature) + gumbel_noise(u), axis=-1)
         fake, written = write_samples(ids, sampled, positions, weights)
-        labels = written & (fake != ids)
+        fakes.append(fake)
+        labels_all.append(written & (fake != ids))
+    return {"fake_ids": np.concatenate(fakes), "labels": np.concatenate(labels_all),
+            "gen_accuracy": gen_correct / max(gen_weight, 1e-6),
+            "gen_loss": gen_loss / max(gen_weight, 1e-6)}
 
-        disc_logits = np.asarray(disc_logits_fn(fake, mask, segments), np.float32)
-        real = np.asarray(mask) == 1
-        labels_all.append(labels[real])
+
+def discriminate(batch, corrupted, disc_logits_fn, chunk=32):
+    """Discriminator ROC AUC and accuracy on `corrupt`'s fake ids, over all input_mask tokens
+    ([CLS]/[SEP] included, as ELECTRA's loss), and the fraction of them replaced."""
+    labels_all, scores_all = [], []
+    for start in range(0, len(batch["input_ids"]), chunk):
+        mask = np.asarray(batch["input_mask"])[start:start + chunk]
+        segments = np.asarray(batch["segment_ids"])[start:start + chunk]
+        disc_logits = np.asarray(disc_logits_fn(corrupted["fake_ids"][start:start + chunk], mask,
+                                                segments), np.float32)
+        real = mask == 1
+        labels_all.append(corrupted["labels"][start:start + chunk][real])
         scores_all.append(disc_logits[real])
     labels = np.concatenate(labels_all)
     scores = np.concatenate(scores_all)
-    return {"gen_accuracy": gen_correct / max(gen_weight, 1e-6),
-            "gen_loss": gen_loss / max(gen_weight, 1e-6),
-            "disc_auc": roc_auc(labels, scores),
+    return {"disc_auc": roc_auc(labels, scores),
             "disc_accuracy": (float(np.mean((scores > 0) == labels)) if labels.size
                               else float("nan")),
             "replaced_fraction": float(np.mean(labels)) if labels.size else float("nan")}
@@ -254,11 +275,18 @@ def checkpoint_paths(model_dir):
 
 def evaluate_checkpoints(model_dir, batch, every=None, vocab_file=None, temperature=None,
                          log=None):
-    """[{"step": N, **evaluate(...)}] for every checkpoint of our run (every `every` steps)."""
+    """[{"step": N, **evaluate(...), "disc_auc_last_gen": ...}] for every checkpoint of our run
+    (every `every` steps).
+
+    `disc_auc` scores each discriminator against its own generator's replacements, so it falls
+    whenever the generator gets better. `disc_auc_last_gen` scores it against one fixed
+    corruption, the last checkpoint's generator's, so it moves only with the discriminator (at
+    the last checkpoint the two are equal)."""
     import tensorflow as tf
     from pretrain.task import make_core
     hp, values = load_hparams(model_dir)
     checkpoints = checkpoint_paths(model_dir)
+    last_path = checkpoints[-1][1]
     if every:
         checkpoints = [(s, p) for s, p in checkpoints if s % every == 0]
     task, core = make_core(hp, [], tf.distribute.get_strategy(), hp.vocab_size,
@@ -266,10 +294,14 @@ def evaluate_checkpoints(model_dir, batch, every=None, vocab_file=None, temperat
                            special_ids=special_ids(vocab_file, values))
     gen_fn, disc_fn = keras_fns(task.pretrainer)
     temperature = hp.temperature if temperature is None else temperature
+    core.checkpoint.restore(last_path).expect_partial()
+    last_corruption = corrupt(batch, gen_fn, temperature)
     results = []
     for step, path in checkpoints:
         core.checkpoint.restore(path).expect_partial()
-        results.append({"step": step, **evaluate(batch, gen_fn, disc_fn, temperature)})
+        results.append({"step": step, **evaluate(batch, gen_fn, disc_fn, temperature),
+                        "disc_auc_last_gen": discriminate(batch, last_corruption,
+                                                          disc_fn)["disc_auc"]})
         if log:
             log(f"step {step}: " + ", ".join(
                 f"{k} {v:.4f}" for k, v in results[-1].items() if k != "step"))

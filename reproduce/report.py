@@ -197,6 +197,11 @@ def plot_pretraining(data, png):
                          color=color, marker="o", label=f"{title}, held-out batch")
             axes[2].plot([h["step"] for h in held], [h["disc_auc"] for h in held],
                          color=color, marker="o", label=f"{title}, held-out batch")
+            fixed = [h for h in held if "disc_auc_last_gen" in h]
+            if fixed:  # one fixed corruption: moves with the discriminator only
+                axes[2].plot([h["step"] for h in fixed], [h["disc_auc_last_gen"] for h in fixed],
+                             color=color, marker="^", linestyle=":",
+                             label=f"{title}, held-out, last generator's replacements")
     axes[0].set(xlabel="optimizer step", ylabel="generator MLM loss (nats)",
                 title="Generator loss (training batches)")
     axes[1].set(xlabel="optimizer step", ylabel="accuracy at masked positions",

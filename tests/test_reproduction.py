@@ -189,6 +189,20 @@ def test_longer_pretraining_keeps_the_recipe():
         tiny.with_pretrain_steps(0)
 
 
+def test_tiny_fine_tunes_with_the_official_epochs():
+    """`tiny` leaves the epochs to the per-task defaults of the official configure_finetuning.py
+    (RTE and STS-B 10, the rest 3); `tiny_3ep` is the same recipe shortened to 3 everywhere."""
+    from finetune.hparams import FinetuneHParams
+    from reproduce.recipes import get_recipe
+    tiny, short = get_recipe("tiny"), get_recipe("tiny_3ep")
+    assert tiny.pretrain == short.pretrain
+    epochs = {task: FinetuneHParams(**tiny.finetune).for_task(task).num_train_epochs
+              for task in ("cola", "sst", "mrpc", "sts", "rte")}
+    assert epochs == {"cola": 3.0, "sst": 3.0, "mrpc": 3.0, "sts": 10.0, "rte": 10.0}
+    assert {k: v for k, v in short.finetune.items() if k != "num_train_epochs"} == tiny.finetune
+    assert FinetuneHParams(**short.finetune).for_task("rte").num_train_epochs == 3.0
+
+
 def test_bad_pretrain_steps_is_one_line(tmp_path):
     glue = shared_path("data", "glue")
     proc = run_cli([f"--glue_dir={glue}", f"--output_dir={tmp_path / 'out'}",

@@ -184,6 +184,23 @@ def test_evaluate_with_fake_models():
     assert he.evaluate(batch, again.gen_fn, again.disc_fn, chunk=16) == m
 
 
+def test_fixed_corruption_scores_only_the_discriminator():
+    """`evaluate` = `corrupt` + `discriminate`; a corruption made once scores any discriminator."""
+    batch = random_batch()
+    uniform = Fakes(batch, 16, gen="uniform")
+    corrupted = he.corrupt(batch, uniform.gen_fn, chunk=16)
+    assert corrupted["fake_ids"].shape == batch["input_ids"].shape
+    again = Fakes(batch, 16, gen="uniform")
+    m = he.evaluate(batch, again.gen_fn, again.disc_fn, chunk=16)
+    scored = he.discriminate(batch, corrupted, Fakes(batch, 16).disc_fn, chunk=16)
+    assert scored == {k: m[k] for k in ("disc_auc", "disc_accuracy", "replaced_fraction")}
+    assert (corrupted["gen_accuracy"], corrupted["gen_loss"]) == (m["gen_accuracy"], m["gen_loss"])
+
+    def constant(fake, mask, segments):
+        return np.zeros(fake.shape, np.float32)
+    assert he.discriminate(batch, corrupted, constant, chunk=16)["disc_auc"] == 0.5
+
+
 def test_roc_auc_with_ties():
     from sklearn.metrics import roc_auc_score
     labels = [0, 0, 1, 1, 0, 1]
@@ -313,6 +330,11 @@ def test_end_to_end_jsonl(e2e):
                 assert math.isfinite(r[key]), (path, r)
             assert 0 <= r["gen_accuracy"] <= 1 and 0 <= r["disc_auc"] <= 1
     assert all(r["wall_seconds"] >= 0 for r in read_jsonl(e2e["reference"]))
+    # Ours also scores every discriminator against the last generator's replacements; at the
+    # last checkpoint that is its own generator.
+    ours = read_jsonl(e2e["ours"])
+    assert all(0 <= r["disc_auc_last_gen"] <= 1 for r in ours)
+    assert ours[-1]["disc_auc_last_gen"] == ours[-1]["disc_auc"]
 
 
 def test_end_to_end_compare(e2e):
