@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reproduction (docs/RESULTS.md): corpus -> shards -> pre-train ConvBERT and ELECTRA -> GLUE.
-#   bash scripts/reproduce.sh --scale tiny      # ~1.5 h on 2 CPU cores (+3-4 h for the PyTorch
+#   bash scripts/reproduce.sh --scale tiny      # ~2.5 h on 2 CPU cores (+1.5-2 h for the PyTorch
 #                                               # reference; --noreference skips it); ../shared data
 #   bash scripts/reproduce.sh --scale small --corpus_dirs=/data/owt/text --glue_dir=/data/glue \
 #       --output_dir=/data/repro_small --pretrain_flags='--distribution=tpu --tpu=my-tpu'
