@@ -19,7 +19,9 @@ compared through them. This module fixes everything but the models:
   generator accuracy / loss at the masked slots; a Gumbel-max sample (noise from
   `np.random.default_rng([seed, chunk_index])`) written at every weighted position; labels =
   sampled != original there; discriminator ROC AUC and accuracy over all input_mask tokens
-  ([CLS]/[SEP] included, as ELECTRA's loss).
+  ([CLS]/[SEP] included, as ELECTRA's loss). It is `corrupt` (the generator's half) followed by
+  `discriminate`, so one corruption can score many discriminators: `evaluate_checkpoints` also
+  scores every checkpoint against the last generator's replacements (`disc_auc_last_gen`).
 
 NumPy only; TensorFlow is imported only to read TFRecords and, in `keras_fns` /
 `evaluate_checkpoints`, to run our Keras pre-trainer.
