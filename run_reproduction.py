@@ -5,7 +5,7 @@ on every GLUE task present, over several seeds -> one table, a JSON and PNG plot
     python run_reproduction.py --scale=tiny --corpus_dirs=corpus/ --glue_dir=glue_data/ \
         --vocab_file=vocab.txt --output_dir=runs/repro_tiny
 
-`--scale` picks a recipe of reproduce/recipes.py: `tiny` (about 1.5 hours on 2 CPU cores),
+`--scale` picks a recipe of reproduce/recipes.py: `tiny` (about 2.5 hours on 2 CPU cores),
 `small` / `base` (the paper's recipes, for a TPU v3-8 or GPUs; pass the strategy through
 `--pretrain_flags`, e.g. '--distribution=tpu --tpu=my-tpu'). Rerunning the same command skips
 finished stages and resumes an interrupted pre-training. Results: docs/RESULTS.md.
@@ -21,8 +21,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
 
-flags.DEFINE_string("scale", "tiny", "tiny | tiny_3ep (tiny, fine-tuned 3 epochs on every task) | tiny_1k (the first tiny recipe) | small | base "
-                    "(| smoke: the end-to-end test).")
+flags.DEFINE_string("scale", "tiny",
+                    "tiny | tiny_3ep (tiny, fine-tuned 3 epochs on every task) | tiny_1k (the "
+                    "first tiny recipe) | small | base (| smoke: the end-to-end test).")
 flags.DEFINE_string("corpus_dirs", None, "Comma-separated directories of UTF-8 text files.")
 flags.DEFINE_string("glue_dir", None, "GLUE data (<glue_dir>/<TASK>/{train,dev}.tsv).")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab; without it one is learned from the "

@@ -3,7 +3,8 @@ variant (a configs/ row) and fine-tune it on GLUE with the same data, steps and 
 table and one plot per study.
 
     python -m analysis.ablation --study table2|table1|kernel|conv_only|all \\
-        --scale tiny|tiny_3ep|tiny_1k|small|base|smoke --corpus_dirs DIRS --glue_dir DIR --vocab_file FILE \\
+        --scale tiny|tiny_3ep|tiny_1k|small|base|smoke --corpus_dirs DIRS --glue_dir DIR \\
+        --vocab_file FILE \\
         --output_dir DIR [--variants a,b] [--kernels 1,3,5,9] [--tasks mrpc,rte] [--seeds N] \\
         [--pretrain_steps N] [--no_heldout] [--pretrain_flags '...'] [--finetune_flags '...']
 
@@ -162,7 +163,7 @@ def small_compute_overrides(row, recipe):
     `smoke`: the smoke recipe's own 1-layer, width-32 model with the structural fields (no size
     relation; its numbers mean nothing).
     """
-    if recipe.scale != "smoke" and recipe.model_size != "tiny":  # tiny, tiny_3ep, tiny_1k: TINY_MODEL
+    if recipe.scale != "smoke" and recipe.model_size != "tiny":  # tiny*: TINY_MODEL
         return {}
     structure = {field: getattr(row, field) for field in STRUCTURAL_FIELDS}
     if recipe.scale == "smoke":

@@ -9,7 +9,8 @@ architecture differs.
   disc weight 50), warm-up 10% of the 3,000 steps of 32 x 128; fine-tuning with the official
   epochs (3, RTE/STS-B 10) on the first 4,000 examples per task, 64 tokens. About 25 minutes of
   pre-training per model on 2 CPU cores.
-* `tiny_3ep`: the same with fine-tuning shortened to 3 epochs on every task (docs/RESULTS.md §7-§8).
+* `tiny_3ep`: the same with fine-tuning shortened to 3 epochs on every task (docs/RESULTS.md
+  §7-§8).
 * `tiny_1k`: the first small-compute recipe (docs/RESULTS.md §1-§3): the same model, peak lr 1e-4,
   warm-up 100, 1,000 steps. Its generator never left the unigram level.
 * `small`, `base`: the paper's recipes (ConvBERT Tables 5 and 6, official configure_*.py):
@@ -85,7 +86,7 @@ class Recipe:
                 for model in PRETRAINED}
 
 
-# What the two tiny recipes share (they differ in schedule and peak learning rate).
+# What the tiny recipes share (they differ in schedule, peak learning rate and fine-tuning epochs).
 _TINY_PRETRAIN = dict(train_batch_size=32, generator_hidden_size=0.25, shuffle_buffer=10000,
                       keep_checkpoint_max=20, log_every_n_steps=50, export_on_save=False)
 # Epochs per task are the official ones (finetune/hparams.py: 3, RTE/STS-B 10) unless a recipe
@@ -93,7 +94,7 @@ _TINY_PRETRAIN = dict(train_batch_size=32, generator_hidden_size=0.25, shuffle_b
 _TINY_FINETUNE_OFFICIAL_EPOCHS = dict(learning_rate=3e-4, max_seq_length=64, train_batch_size=32,
                                       eval_batch_size=128, max_train_examples=4000,
                                       log_every_steps=50)
-_TINY_FINETUNE = dict(_TINY_FINETUNE_OFFICIAL_EPOCHS, num_train_epochs=3.0)
+_TINY_FINETUNE_3_EPOCHS = dict(_TINY_FINETUNE_OFFICIAL_EPOCHS, num_train_epochs=3.0)
 _TINY_3K_PRETRAIN = dict(_TINY_PRETRAIN, num_train_steps=3000, num_warmup_steps=300,
                          learning_rate=5e-4, save_checkpoints_steps=150)
 RECIPES = {
@@ -102,12 +103,12 @@ RECIPES = {
         finetune=_TINY_FINETUNE_OFFICIAL_EPOCHS, num_trials=3),
     "tiny_3ep": Recipe(
         scale="tiny_3ep", model_size="tiny", model_overrides={}, pretrain=_TINY_3K_PRETRAIN,
-        finetune=_TINY_FINETUNE, num_trials=3),
+        finetune=_TINY_FINETUNE_3_EPOCHS, num_trials=3),
     "tiny_1k": Recipe(
         scale="tiny_1k", model_size="tiny", model_overrides={},
         pretrain=dict(_TINY_PRETRAIN, num_train_steps=1000, num_warmup_steps=100,
                       learning_rate=1e-4, save_checkpoints_steps=100),
-        finetune=_TINY_FINETUNE, num_trials=3),
+        finetune=_TINY_FINETUNE_3_EPOCHS, num_trials=3),
     "small": Recipe(
         scale="small", model_size="small", model_overrides={},
         pretrain=dict(num_train_steps=1000000, num_warmup_steps=10000, learning_rate=3e-4,
