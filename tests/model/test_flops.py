@@ -53,15 +53,45 @@ def test_attention_flops_ratio_of_the_issue():
     assert ratio[512] == pytest.approx(0.79, abs=0.005)
 
 
-def test_cli_prints_the_recipes(capsys):
+def _flops_cli():
     import importlib.util
     import pathlib
     path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "flops.py"
     spec = importlib.util.spec_from_file_location("flops_cli", path)
     cli = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cli)
+    return cli
+
+
+def test_cli_prints_the_recipes(capsys):
+    cli = _flops_cli()
     cli.main([])
     out = capsys.readouterr().out
     assert "convbert-base" in out and "1.894e+19" in out
     cli.main(["--size", "small", "--steps", "1e6", "--batch", "128", "--seq", "128", "--gen", "0.25"])
     assert "13,143,768" in capsys.readouterr().out
+
+
+def test_cli_counts_a_reproduction_recipe_with_its_own_hparams(capsys):
+    from pretrain.hparams import TINY_MODEL
+    cli = _flops_cli()
+    cli.main(["--recipe", "tiny"])
+    out = capsys.readouterr().out
+    # The tiny recipe: TINY_MODEL, 3,000 steps of 32 x 128, a 1/4-wide generator, BERT's vocab.
+    convbert = ConvBertConfig(**TINY_MODEL, vocab_size=30522)
+    electra = convbert.replace(conv_type="none", head_ratio=1)
+    for name, cfg in (("convbert", convbert), ("electra", electra)):
+        expected = flops.pretrain_flops(cfg, 32, 3000, 128, 0.25)["total"]
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert f"{expected:.3e}" in line, (name, line)
+    assert convbert != electra
+    cli.main(["--recipe", "small"])
+    small = capsys.readouterr().out
+    assert "1.258e+18" in small and "1.00x" in small
+
+
+def test_cli_unknown_recipe_is_one_line():
+    cli = _flops_cli()
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--recipe", "huge"])
+    assert "unknown --scale 'huge'" in str(e.value) and "\n" not in str(e.value)
