@@ -37,6 +37,17 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DONE_FILE = "stage_done.json"  # written when a stage without its own record ends
 
 
+def pretrain_dir_of(output_dir, model):
+    """run_pretraining.py's model_dir of `model` in a reproduction's output directory."""
+    return os.path.join(output_dir, "pretrain", model)
+
+
+def finetune_dir_of(output_dir, model, step=None):
+    """run_finetuning.py's model_dir of `model` (the final model, or with `step` the export of
+    kept checkpoint `step`) in a reproduction's output directory."""
+    return os.path.join(output_dir, "finetune", model if step is None else f"{model}_step{step}")
+
+
 class ReproductionError(RuntimeError):
     """A stage failed or an input is unusable; the message is one line."""
 
@@ -91,11 +102,11 @@ class Reproduction:
         return self.path("shards", os.path.basename(os.path.normpath(corpus_dir)))
 
     def pretrain_dir(self, model):
-        return self.path("pretrain", model)
+        return pretrain_dir_of(self.out, model)
 
     def finetune_dir(self, model, step=None):
         """Fine-tuning of the final model, or (`step`) of the export of kept checkpoint `step`."""
-        return self.path("finetune", model if step is None else f"{model}_step{step}")
+        return finetune_dir_of(self.out, model, step)
 
     def step_export_dir(self, model, step):
         return os.path.join(self.pretrain_dir(model), "steps", str(step))

@@ -22,7 +22,7 @@ MODEL_TITLES = {"convbert": "ConvBERT", "electra": "ELECTRA (BERT architecture)"
 COLORS = {"convbert": "tab:blue", "electra": "tab:orange", "random": "tab:gray"}
 
 
-def _read_json(path):
+def read_json(path):
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
 
@@ -34,13 +34,17 @@ def _read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def trial_metrics(finetune_dir, task):
+    """[{metric: value}] of every seed of one fine-tuning run on one task ([] before any)."""
+    files = sorted(tf.io.gfile.glob(os.path.join(finetune_dir, "results", f"{task}_dev_metrics*.json")))
+    return [read_json(p)["metrics"] for p in files]
+
+
 def task_summary(finetune_dir, task):
     """{metric: {median, mean, std, min, max, n}} over the seeds of one fine-tuning run, or None."""
     from finetune.glue.leaderboard import summarize_trials
-    files = sorted(tf.io.gfile.glob(os.path.join(finetune_dir, "results", f"{task}_dev_metrics*.json")))
-    if not files:
-        return None
-    return summarize_trials([_read_json(p)["metrics"] for p in files])
+    trials = trial_metrics(finetune_dir, task)
+    return summarize_trials(trials) if trials else None
 
 
 def pretraining_record(model_dir):
@@ -49,7 +53,7 @@ def pretraining_record(model_dir):
     path = os.path.join(model_dir, "pretraining_summary.json")
     if not tf.io.gfile.exists(path):
         return None
-    s = _read_json(path)
+    s = read_json(path)
     return {"global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
             "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
             "final_window": s["final"], "history": s["history"],
@@ -123,7 +127,7 @@ def pretraining_helps(glue):
     return result
 
 
-def _score_cells(entries, tasks):
+def score_cells(entries, tasks):
     """One table row's cells: `median (mean ± std)` per task ("–" when missing), then the Avg of
     the medians ("–" unless every task has one)."""
     cells, medians = [], []
@@ -146,7 +150,7 @@ def markdown(data):
              "| model | " + " | ".join(TASK_TITLES.get(t, t) for t in tasks) + " | Avg |",
              "|---|" + "---|" * (len(tasks) + 1)]
     for model in data["models"]:
-        cells = _score_cells(data["glue"].get(model, {}), tasks)
+        cells = score_cells(data["glue"].get(model, {}), tasks)
         lines.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + " |")
     helps = data["pretraining_helps"]
     if helps:
@@ -163,7 +167,7 @@ def markdown(data):
                   + " | Avg | wins |", "|---|---|" + "---|" * (len(tasks) + 2)]
         for model, rows in data["glue_by_step"].items():
             for row in rows:
-                cells = _score_cells(row["glue"], tasks)
+                cells = score_cells(row["glue"], tasks)
                 wins = f"{sum(row['helps'].values())} of {len(row['helps'])}" if row["helps"] else "–"
                 lines.append(f"| {MODEL_TITLES[model]} | {row['step']} | " + " | ".join(cells)
                              + f" | {wins} |")
@@ -276,7 +280,7 @@ def plot_glue_by_step(data, png):
     save_figure(fig, png)
 
 
-def _write_text(path, text):
+def write_text(path, text):
     with tf.io.gfile.GFile(path + ".tmp", "w") as f:
         f.write(text)
     tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
@@ -287,8 +291,8 @@ def write_report(repro):
     data = collect(repro)
     paths = {"md": repro.path("results.md"), "json": repro.path("results.json"),
              "curves": repro.path("pretraining_curves.png"), "glue": repro.path("glue_scores.png")}
-    _write_text(paths["json"], json.dumps(data, indent=2) + "\n")
-    _write_text(paths["md"], markdown(data))
+    write_text(paths["json"], json.dumps(data, indent=2) + "\n")
+    write_text(paths["md"], markdown(data))
     if data["pretraining"]:
         plot_pretraining(data, paths["curves"])
     else:
