@@ -184,6 +184,20 @@ def markdown(data):
     return "\n".join(lines) + "\n"
 
 
+GEN_ACCURACY_LABEL = "accuracy at masked positions"
+AUC_LABEL = "ROC AUC (non-padding tokens)"
+
+
+def finish_figure(fig, axes, title, png):
+    """A grid and a legend on every panel, the title, then the PNG."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    save_figure(fig, png)
+
+
 def plot_pretraining(data, png):
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -208,16 +222,10 @@ def plot_pretraining(data, png):
                              label=f"{title}, held-out, last generator's replacements")
     axes[0].set(xlabel="optimizer step", ylabel="generator MLM loss (nats)",
                 title="Generator loss (training batches)")
-    axes[1].set(xlabel="optimizer step", ylabel="accuracy at masked positions",
-                title="Generator accuracy")
-    axes[2].set(xlabel="optimizer step", ylabel="ROC AUC (non-padding tokens)",
+    axes[1].set(xlabel="optimizer step", ylabel=GEN_ACCURACY_LABEL, title="Generator accuracy")
+    axes[2].set(xlabel="optimizer step", ylabel=AUC_LABEL,
                 title="Discriminator AUC (replaced-token detection)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Pre-training curves, scale {data['scale']}")
-    fig.tight_layout()
-    save_figure(fig, png)
+    finish_figure(fig, axes, f"Pre-training curves, scale {data['scale']}", png)
 
 
 def plot_glue(data, png):

@@ -20,7 +20,7 @@ import sys
 
 import tensorflow as tf
 
-from analysis.plots import pyplot, save_figure
+from analysis.plots import pyplot
 from reproduce import report
 from reproduce.pipeline import finetune_dir_of, pretrain_dir_of
 
@@ -169,16 +169,12 @@ def plot_heldout(data, png):
             for ax, key in zip(axes, ("gen_accuracy", "disc_auc")):
                 ax.plot(steps, [h[key] for h in curve], color=report.COLORS[model],
                         linestyle=styles[i % len(styles)], marker="o", markersize=3, label=label)
-    axes[0].set(xlabel="optimizer step", ylabel="accuracy at masked positions",
+    axes[0].set(xlabel="optimizer step", ylabel=report.GEN_ACCURACY_LABEL,
                 title="Generator accuracy, held-out batch")
-    axes[1].set(xlabel="optimizer step", ylabel="ROC AUC (non-padding tokens)",
+    axes[1].set(xlabel="optimizer step", ylabel=report.AUC_LABEL,
                 title="Discriminator AUC, held-out batch (own generator)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Pre-training curves over pre-training seeds, scale {data['scale']}")
-    fig.tight_layout()
-    save_figure(fig, png)
+    report.finish_figure(fig, axes, "Pre-training curves over pre-training seeds, scale "
+                                    f"{data['scale']}", png)
 
 
 def write(runs, output_dir):
