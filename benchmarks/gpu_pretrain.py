@@ -15,7 +15,8 @@ bf16 compute (`mixed_bfloat16`: fp32 weights / optimizer, bf16 matmuls). Reporte
     (model/flops.py, ELECTRA's counting: 2 FLOPs per multiply-add, dense embedding lookup)
     MFU = sequences/s x model FLOPs per sequence / peak bf16 FLOP/s of the device
 
-Peak bf16 dense FLOP/s: H100 SXM 989e12, H200 989e12, A100 312e12 (pass --peak_tflops otherwise).
+Peak bf16 dense FLOP/s: model/flops.py PEAK_BF16_TFLOPS (H100 / H200 SXM 989e12, A100 312e12;
+pass --peak_tflops otherwise). The counting is model/flops.rtd_model_flops_per_sequence.
 Note ELECTRA's paper convention counts training as 2 x forward; MFU here uses the usual 3 x.
 """
 import argparse
@@ -27,14 +28,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
-
-
-def model_flops_per_sequence(disc_cfg, gen_cfg, seq_len):
-    from model.flops import forward_flops_per_token
-    f_disc = forward_flops_per_token(disc_cfg, seq_len, head="discriminator")
-    f_gen = forward_flops_per_token(gen_cfg, seq_len, head="mlm")
-    return 3 * seq_len * (f_disc + f_gen)
 
 
 def run(name, disc_cfg, args):
@@ -79,11 +72,12 @@ def run(name, disc_cfg, args):
             times.append(time.perf_counter() - start)
     step_s = statistics.median(times)
     seqs = b / step_s
-    flops = model_flops_per_sequence(disc_cfg, gen_cfg, s)
+    from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
+    flops = rtd_model_flops_per_sequence(disc_cfg, gen_cfg, s)
     device = jax.devices()[0]
     peak = args.peak_tflops
     if peak is None:
-        peak = next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
+        peak = peak_bf16_tflops(device.device_kind)
     mfu = f"{100 * seqs * flops / (peak * 1e12):.1f}%" if peak else "n/a (unknown peak)"
     print(f"{name:9} {device.device_kind:>16} b{b} s{s}: step {1e3 * step_s:8.1f} ms  "
           f"{seqs:9.1f} seq/s  model FLOPs/seq {flops:.3e}  MFU {mfu}  loss {float(loss):.3f}",

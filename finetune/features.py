@@ -8,6 +8,9 @@ parity with the reference implementations) depend on the fixed length.
 
 Tokenization goes through the toolkit tokenizer (`data.tokenization.Tokenizer`): any object with
 `.tokenize(list_of_texts) -> list[list[int]]` and `.cls_id`, `.sep_id`, `.pad_id` works.
+
+`python -m finetune.features --task_names ... --output_dir DIR` writes these features to files
+once (finetune/feature_files.py reads them back without TensorFlow); see `CLI_USAGE` below.
 """
 from __future__ import annotations
 
@@ -92,3 +95,197 @@ def convert_examples_to_features(examples: list[InputExample], task_name: str, t
     arrays["label_ids"] = np.array([label_id(task.name, e.label) for e in examples],
                                    dtype=label_dtype)
     return arrays
+
+
+# ------------------------------------------------------------------------------ command line
+CLI_USAGE = """Tokenize GLUE splits once into feature files (finetune/feature_files.py).
+
+    python -m finetune.features --task_names=cola,sst,mrpc,sts,rte --data_dir=GLUE_DIR \\
+        --vocab_file=VOCAB --output_dir=DIR [--do_lower_case=true] [--max_seq_length=128] \\
+        [--splits=train,dev] [--max_train_examples=N] [--double_unordered=true]
+
+Writes DIR/<task>_<split>.npz per task and split, then DIR/manifest.json (vocab sha256, length,
+casing, ...). Defaults are the fine-tuning ones (finetune/hparams.py), and the train split is
+read as a fine-tuning run reads it (finetune/glue_task.load_glue_data: the first
+--max_train_examples, then both sentence orders for MRPC/STS-B with --double_unordered). Every
+path may be on gs:// or ram:// (model/fileio.py). Bad input (unknown task or split, missing data
+file or vocab) stops with one line `error: ...` naming it, exit status 1, before anything is
+written.
+"""
+
+_CLI_FLAGS = None
+
+
+def _cli_flags():
+    """This command's own absl registry (defined on first use: importing this module for
+    convert_examples_to_features defines no flags)."""
+    global _CLI_FLAGS
+    if _CLI_FLAGS is None:
+        from absl import flags
+        values = flags.FlagValues()
+        # None: the fine-tuning default (finetune/hparams.py), filled in by load_hparams.
+        for define, name, default, help_text in (
+                (flags.DEFINE_string, "task_names", None, "Comma list of GLUE tasks: cola,sst,"
+                 "mrpc,sts,qqp,mnli,qnli,rte,wnli (GLUE spellings accepted)."),
+                (flags.DEFINE_string, "data_dir", None, "GLUE data dir "
+                 "(<data_dir>/<TASK>/{train,dev,test}.tsv)."),
+                (flags.DEFINE_string, "vocab_file", None, "WordPiece vocab of the encoder."),
+                (flags.DEFINE_string, "output_dir", None, "Where the .npz files and "
+                 "manifest.json go."),
+                (flags.DEFINE_bool, "do_lower_case", None, "Lower-case the text (default: the "
+                 "fine-tuning default, true)."),
+                (flags.DEFINE_integer, "max_seq_length", None, "Tokens per example (default: "
+                 "the fine-tuning default, 128)."),
+                (flags.DEFINE_string, "splits", "train,dev", "Comma list of splits (train, dev, "
+                 "test; MNLI also dev_matched, dev_mismatched, ...)."),
+                (flags.DEFINE_integer, "max_train_examples", None, "Only the first N training "
+                 "examples (before double_unordered), as in fine-tuning."),
+                (flags.DEFINE_bool, "double_unordered", None, "MRPC/STS-B train splits also hold "
+                 "every pair in swapped order (default: the fine-tuning default, true)."),
+        ):
+            define(name, default, help_text, flag_values=values)
+        _CLI_FLAGS = values
+    return _CLI_FLAGS
+
+
+def _split_list(text, flag):
+    from finetune.console import UsageError
+    items = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if item and item not in items:
+            items.append(item)
+    if not items:
+        raise UsageError(f"--{flag} is empty")
+    return items
+
+
+def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp, printer=print):
+    """Tokenizes every (task, split) into `output_dir` and writes its manifest last; returns the
+    manifest. `hp`: FinetuneHParams (do_lower_case, max_seq_length, max_train_examples,
+    double_unordered). Every input is checked before anything is written."""
+    from finetune import feature_files
+    from finetune.console import UsageError
+    from finetune.glue.readers import read_examples, task_file
+    from finetune.glue_task import load_glue_data
+    from model import fileio
+    from data.errors import VocabError
+
+    if not fileio.isdir(data_dir):
+        raise UsageError(f"{data_dir}: --data_dir not found")
+    blocked = fileio.output_dir_error(output_dir, "--output_dir")
+    if blocked:
+        raise UsageError(blocked)
+    jobs = [(task, split) for task in task_names for split in splits]
+    for task, split in jobs:
+        task_file(data_dir, task, split)      # DataError: unknown split, missing dir or file
+    if not fileio.isfile(vocab_file):
+        raise VocabError(f"vocab file {vocab_file}: not found")
+    from data.tokenization import load_tokenizer
+    tokenizer = load_tokenizer(vocab_file, do_lower_case=hp.do_lower_case)   # VocabError
+    sha = feature_files.vocab_sha256(vocab_file)
+
+    # A manifest from an earlier run would describe files this run replaces.
+    old_manifest = feature_files.manifest_path(output_dir)
+    if fileio.isfile(old_manifest):
+        fileio.remove(old_manifest)
+    files, total_bytes, total_examples = {}, 0, 0
+    for task, split in jobs:
+        if split == "train":   # exactly as a fine-tuning run reads it
+            examples = load_glue_data(task, hp, data_dir, do_train=True, do_eval=False,
+                                      do_predict=False).train
+        else:
+            examples = read_examples(data_dir, task, split)
+        arrays = convert_examples_to_features(examples, task, tokenizer, hp.max_seq_length)
+        entry, size = feature_files.write_features_file(
+            output_dir, task, split, arrays, [e.guid for e in examples],
+            vocab_size=tokenizer.vocab_size)
+        files[feature_files.file_key(task, split)] = entry
+        total_bytes += size
+        total_examples += entry["examples"]
+        printer(f"{task} {split}: {entry['examples']} examples, "
+                f"{feature_files.format_size(size)} -> {fileio.join(output_dir, entry['file'])}")
+    manifest = feature_files.make_manifest(
+        files, vocab_file=vocab_file, vocab_sha256=sha, vocab_size=tokenizer.vocab_size,
+        do_lower_case=hp.do_lower_case, max_seq_length=hp.max_seq_length,
+        double_unordered=hp.double_unordered, max_train_examples=hp.max_train_examples)
+    path = feature_files.write_manifest(output_dir, manifest)
+    printer(f"total: {len(files)} files, {total_examples} examples, "
+            f"{feature_files.format_size(total_bytes)}; manifest {path}")
+    return manifest
+
+
+def _run_cli():
+    from finetune.console import UsageError, say
+    from finetune.hparams import QA_TASKS, load_hparams, parse_task_names
+    FLAGS = _cli_flags()
+    for flag in ("task_names", "data_dir", "vocab_file", "output_dir"):
+        if not getattr(FLAGS, flag):
+            raise UsageError(f"--{flag} is required")
+    tasks = parse_task_names(FLAGS.task_names)
+    qa = [t for t in tasks if t in QA_TASKS]
+    if qa:
+        raise UsageError(f"--task_names {','.join(qa)}: feature files are for GLUE tasks only")
+    splits = _split_list(FLAGS.splits, "splits")
+    overrides = {name: getattr(FLAGS, name) for name in
+                 ("do_lower_case", "max_seq_length", "max_train_examples", "double_unordered")}
+    hp = load_hparams(None, **overrides)          # the fine-tuning defaults and checks
+    hp = hp.for_task(tasks[0])                    # max_seq_length None -> 128 (GLUE)
+    make_feature_files(tasks, splits, FLAGS.data_dir, FLAGS.vocab_file, FLAGS.output_dir, hp,
+                       printer=say)
+    return 0
+
+
+def _user_error_types():
+    """Bad-input classes of the modules loaded so far (see run_finetuning._user_error_types)."""
+    import sys
+    from finetune.console import UsageError
+    types = [UsageError]
+    for module, name in (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
+                         ("model.fileio", "FileIOError")):
+        if module in sys.modules:
+            types.append(getattr(sys.modules[module], name))
+    return tuple(types)
+
+
+def _parse_cli_flags(argv):
+    """argv -> the arguments absl leaves, or an exit status: 0 after --help (printed), 1 for a
+    bad flag (one line `error: ...` on stderr)."""
+    import sys
+    from absl import flags
+    FLAGS = _cli_flags()
+    if any(arg in ("-h", "--help", "--helpshort", "--helpfull") for arg in argv[1:]):
+        print(CLI_USAGE)
+        print(FLAGS.get_help())
+        return 0
+    try:
+        remaining = FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        return 1
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(argv[:1])   # absl.logging wants its global registry parsed
+    return remaining
+
+
+def main(argv=None):
+    """`python -m finetune.features`: exit status 0, or 1 with one line `error: ...` on
+    stderr for a bad flag or input (2 for stray arguments)."""
+    import sys
+    from finetune.console import run_command
+    argv = sys.argv if argv is None else list(argv)
+    try:
+        remaining = _parse_cli_flags(argv)
+        if isinstance(remaining, int):
+            return remaining
+        if len(remaining) > 1:
+            print(f"error: unexpected arguments: {' '.join(remaining[1:])}", file=sys.stderr)
+            return 2
+        return run_command(lambda _args: _run_cli(), remaining[1:], _user_error_types)
+    finally:
+        _cli_flags().unparse_flags()   # a second main() in this process starts from defaults
+
+
+if __name__ == "__main__":
+    import sys as _sys
+    _sys.exit(main())

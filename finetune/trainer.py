@@ -38,6 +38,28 @@ def num_train_steps(num_examples: int, batch_size: int, epochs: float,
     return steps
 
 
+def assign_encoder_weights(encoder, encoder_weights):
+    """encoder <- {official name: array} (a checkpoint's tensors, or the weights a trial starts
+    from); every encoder variable must be there."""
+    encoder_vars = encoder.weight_map()
+    missing = sorted(set(encoder_vars) - set(encoder_weights))
+    if missing:
+        raise ValueError(f"start_trial: no weights for {', '.join(missing[:3])}")
+    for name, variable in encoder_vars.items():
+        variable.assign(np.asarray(encoder_weights[name], dtype=variable.dtype))
+
+
+def reinitialize_head(head):
+    """Every Dense layer of a task head drawn anew from its initializers (the global Keras seed):
+    a later trial's fresh head on the same variables, so compiled steps are reused."""
+    import keras
+    for layer in head._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.Dense) and layer.built:
+            layer.kernel.assign(layer.kernel_initializer(tuple(layer.kernel.shape)))
+            if layer.bias is not None:
+                layer.bias.assign(layer.bias_initializer(tuple(layer.bias.shape)))
+
+
 class Trial(NamedTuple):
     """One fine-tuning trial of a task: its number (1-based), seed, display label, file-name
     suffix ("" for a single trial, "_trial<k>" otherwise) and TensorBoard directory."""
@@ -163,19 +185,9 @@ class Trainer:
         encoder weights <- `encoder_weights` ({official name: array}, the checkpoint), a fresh
         head initialisation (from the global Keras seed; call keras.utils.set_random_seed
         first) and a zeroed optimizer state (step 0, Adam moments 0)."""
-        import keras
         from training.summaries import ScalarWriter
-        encoder_vars = self.encoder.weight_map()
-        missing = sorted(set(encoder_vars) - set(encoder_weights))
-        if missing:
-            raise ValueError(f"start_trial: no weights for {', '.join(missing[:3])}")
-        for name, variable in encoder_vars.items():
-            variable.assign(np.asarray(encoder_weights[name], dtype=variable.dtype))
-        for layer in self.head._flatten_layers(include_self=False, recursive=True):
-            if isinstance(layer, keras.layers.Dense) and layer.built:
-                layer.kernel.assign(layer.kernel_initializer(tuple(layer.kernel.shape)))
-                if layer.bias is not None:
-                    layer.bias.assign(layer.bias_initializer(tuple(layer.bias.shape)))
+        assign_encoder_weights(self.encoder, encoder_weights)
+        reinitialize_head(self.head)
         if self.core is not None:
             self.core.reset()
         if trial_label:

@@ -131,6 +131,24 @@ def train_flops(cfg: ConvBertConfig, batch_size, steps, seq_len, head="discrimin
 
 
 # ----------------------------------------------------------------------------------- pre-training
+# Peak dense bf16 FLOP/s of the accelerators MFU is quoted against (vendor datasheets, SXM parts).
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def peak_bf16_tflops(device_kind):
+    """The datasheet peak of a JAX `device_kind` ("NVIDIA H100 80GB HBM3", ...), or None."""
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in str(device_kind)), None)
+
+
+def rtd_model_flops_per_sequence(disc_cfg: ConvBertConfig, gen_cfg: ConvBertConfig,
+                                 seq_len: int) -> float:
+    """Model FLOPs of one RTD training sequence for MFU: 3 x seq_len x (F_disc + F_gen), forward +
+    backward = 3 x forward (the usual MFU convention; ELECTRA's tables count 2 x)."""
+    f_disc = forward_flops_per_token(disc_cfg, seq_len, head="discriminator")
+    f_gen = forward_flops_per_token(gen_cfg, seq_len, head="mlm")
+    return 3 * seq_len * (f_disc + f_gen)
+
+
 def generator_config(disc: ConvBertConfig, generator_hidden_size: float) -> ConvBertConfig:
     """The generator the official code builds: width round(H·f), heads max(1, heads·f) (ConvBERT's
     `get_generator_config`), FFN 4x, same layers, embeddings shared (so E stays)."""

@@ -25,6 +25,7 @@ import collections
 import re
 
 import keras
+import numpy as np
 from keras import ops
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
@@ -55,6 +56,19 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         if self.warmup_steps > 0:
             lr = lr * ops.minimum(1.0, step / float(self.warmup_steps))
         return lr
+
+    def host_value(self, step):
+        """`self(step)` in NumPy float32 on the host, the same float32 operations: what a step
+        that takes its learning rate as an argument (training/jax_core.py) is fed."""
+        f32 = np.float32
+        step = f32(step)
+        total = f32(self.total_steps)
+        frac = np.minimum(step, total) / total
+        lr = (f32(self.peak_lr) - f32(self.end_lr)) * np.power(f32(1.0) - frac, f32(self.power)) \
+            + f32(self.end_lr)
+        if self.warmup_steps > 0:
+            lr = lr * np.minimum(f32(1.0), step / f32(self.warmup_steps))
+        return f32(lr)
 
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,

@@ -126,7 +126,15 @@ def read_examples(files, num_examples, max_seq_length):
 def heldout_batch(files, num_examples=256, max_seq_length=128, seed=1234, mask_prob=0.15,
                   max_predictions_per_seq=19, cls_id=101, sep_id=102, mask_id=103):
     """The fixed held-out batch: the first records of `files`, masked once with `seed`."""
-    batch = read_examples(files, num_examples, max_seq_length)
+    return masked_heldout(read_examples(files, num_examples, max_seq_length), seed, mask_prob,
+                          max_predictions_per_seq, cls_id, sep_id, mask_id)
+
+
+def masked_heldout(examples, seed=1234, mask_prob=0.15, max_predictions_per_seq=19, cls_id=101,
+                   sep_id=102, mask_id=103):
+    """`examples` ({input_ids, input_mask, segment_ids} [n, T], already read: the GPU bundle's
+    arrays) masked once with `seed`: the held-out batch `heldout_batch` makes of shards."""
+    batch = {name: np.asarray(examples[name], np.int32) for name in FEATURES}
     batch.update(electra_mask(batch["input_ids"], batch["input_mask"], np.random.default_rng(seed),
                               mask_prob, max_predictions_per_seq, cls_id, sep_id, mask_id))
     return batch
@@ -238,6 +246,58 @@ def keras_fns(pretrainer):
         return np.asarray(ops.convert_to_numpy(ops.cast(logits, "float32")), np.float32)
 
     return gen_logits_fn, disc_logits_fn
+
+
+def jax_fns(pretrainer):
+    """`keras_fns` compiled on Keras-on-JAX: the same two functions, each one jitted call over
+    the pre-trainer's current variable values (read at every call, so they follow training), or
+    over `values=` (a `snapshot` taken earlier: one fixed corruption, many discriminators).
+    Each has `precompile_job(*example_args)` for training/jax_core.precompile."""
+    import jax
+    import keras
+    from pretrain import masking
+    from training.jax_core import PrecompilableStep
+    if pretrainer.disc_head is None:
+        raise EvalError("the run is a plain MLM (electra_objective false): no discriminator")
+    variables = list(pretrainer.trainable_variables) + list(pretrainer.non_trainable_variables)
+
+    def scoped(fn):
+        @jax.jit
+        def run(values, *args):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return fn(*args).astype("float32")
+        step = PrecompilableStep(run)
+
+        def call(*args, values=None):
+            return np.asarray(step(*arguments(args, values)))
+
+        def arguments(args, values=None):
+            values = [v.value for v in variables] if values is None else values
+            return (values, *(np.asarray(a, np.int32) for a in args))
+
+        # (step, its arguments for `args`): a job for training/jax_core.precompile
+        call.precompile_job = lambda *args: (step, arguments(args))
+        return call
+
+    def inputs(ids, mask, segments):
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+
+    def gen_logits(masked_ids, mask, segments, positions):
+        hidden = pretrainer.generator(inputs(masked_ids, mask, segments), training=False)
+        return pretrainer.mlm_head(masking.gather_positions(hidden, positions))
+
+    def disc_logits(fake_ids, mask, segments):
+        hidden = pretrainer.discriminator(inputs(fake_ids, mask, segments), training=False)
+        return pretrainer.disc_head(hidden)
+
+    return scoped(gen_logits), scoped(disc_logits)
+
+
+def snapshot(pretrainer):
+    """The pre-trainer's current variable values, in `jax_fns`' order (JAX arrays are immutable:
+    a snapshot costs no copy)."""
+    return [v.value for v in list(pretrainer.trainable_variables)
+            + list(pretrainer.non_trainable_variables)]
 
 
 def special_ids(vocab_file=None, hparams=None):

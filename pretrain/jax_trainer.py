@@ -35,8 +35,11 @@ SUMMARY_FILE = "pretraining_summary.json"
 __all__ = ["pretrain_jax"]
 
 
-def build(hp, vocab_size, special_ids=None):
-    """(pretrainer, optimizer, schedule), built on the current distribution."""
+def build(hp, vocab_size, special_ids=None, host_learning_rate=False):
+    """(pretrainer, optimizer, schedule), built on the current distribution. With
+    `host_learning_rate` the optimizer keeps a float learning rate that a step made with
+    `make_step(..., host_learning_rate=True)` sets from `schedule` each step (the step does not
+    depend on the run's length)."""
     import keras
     from model import optimization
     from pretrain.electra_pretrainer import ElectraPretrainer
@@ -58,7 +61,8 @@ def build(hp, vocab_size, special_ids=None):
     names = {id(v): n for n, v in pretrainer.weight_map().items()}
     named = {names.get(id(v), v.path): v for v in pretrainer.trainable_variables}
     optimizer = optimization.AdamWeightDecay(
-        schedule, weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm, name_map=named)
+        float(hp.learning_rate) if host_learning_rate else schedule,
+        weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm, name_map=named)
     optimizer.build(pretrainer.trainable_variables)
     return pretrainer, optimizer, schedule
 

@@ -11,9 +11,8 @@ more than the larger of the two seeds' standard deviations.
 import json
 import os
 
-import tensorflow as tf
-
 from analysis.plots import pyplot, save_figure
+from model import fileio
 
 TASK_TITLES = {"cola": "CoLA (MCC)", "sst": "SST-2 (acc)", "mrpc": "MRPC (acc)",
                "sts": "STS-B (Spearman)", "rte": "RTE (acc)"}
@@ -23,20 +22,18 @@ COLORS = {"convbert": "tab:blue", "electra": "tab:orange", "random": "tab:gray"}
 
 
 def read_json(path):
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return json.loads(fileio.read_text(path))
 
 
 def _read_jsonl(path):
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return []
-    with tf.io.gfile.GFile(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [json.loads(line) for line in fileio.read_text(path).splitlines() if line.strip()]
 
 
 def trial_metrics(finetune_dir, task):
     """[{metric: value}] of every seed of one fine-tuning run on one task ([] before any)."""
-    files = sorted(tf.io.gfile.glob(os.path.join(finetune_dir, "results", f"{task}_dev_metrics*.json")))
+    files = fileio.glob(os.path.join(finetune_dir, "results", f"{task}_dev_metrics*.json"))
     return [read_json(p)["metrics"] for p in files]
 
 
@@ -51,7 +48,7 @@ def pretraining_record(model_dir):
     """The run summary's numbers and the held-out curve of one pre-training model_dir, or None
     before the run has finished."""
     path = os.path.join(model_dir, "pretraining_summary.json")
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return None
     s = read_json(path)
     return {"global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
@@ -289,9 +286,7 @@ def plot_glue_by_step(data, png):
 
 
 def write_text(path, text):
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    fileio.write_text_atomic(path, text)
 
 
 def write_report(repro):

@@ -7,7 +7,14 @@ An objective supplies its built Keras model and optimizer, a `loss_and_metrics(o
 function and a batch stream; the core owns the rest, as `TrainingCore` does on TensorFlow:
 
 * the step: `model.stateless_call` + `jax.value_and_grad` + `optimizer.stateless_apply` in one
-  `jax.jit`; RNG and other non-trainable state are threaded through it;
+  `jax.jit`; RNG and other non-trainable state are threaded through it. With
+  `host_learning_rate=True` the learning rate is an argument of the step (written into the
+  optimizer's `learning_rate` variable) instead of a schedule traced into it, so one compiled step
+  serves any number of steps: fine-tuning reuses it across tasks and trials (`fit(train_step=...)`),
+  and a run can choose its length after timing its first steps;
+* `steps_per_loop` > 1: that many steps are dispatched back to back and their metric sums added
+  on the device, with one host sync per call, so the host prepares the next batches while the
+  device computes;
 * devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): the global
   batch is sharded along its batch axis, one SPMD program, the one-device loss;
 * state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl. optimizer and RNG state,
@@ -16,13 +23,13 @@ function and a batch stream; the core owns the rest, as `TrainingCore` does on T
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
   the objective's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
 
-Same `TrainSettings` as TensorFlow's core; not here: steps_per_loop, TensorBoard, loss scaling.
+Same `TrainSettings` as TensorFlow's core; not here: TensorBoard, loss scaling.
 """
 import time
 
 import numpy as np
 
-from training.loop import TrainingError, run_loop, run_summary
+from training.loop import TrainingError, run_loop, run_summary, steps_this_call
 from training.state import (restore_safetensors_checkpoint, save_safetensors_checkpoint,
                             write_json_atomic)
 
@@ -43,6 +50,73 @@ def use_devices(num_devices=None, log=print):
     return len(devices)
 
 
+def learning_rate_slot(optimizer):
+    """Index of the optimizer's `learning_rate` variable in `optimizer.variables` (a Keras
+    optimizer built with a float learning rate keeps it there; one built with a schedule has
+    none): where a step with `host_learning_rate` writes the rate it is given."""
+    slots = [i for i, v in enumerate(optimizer.variables) if v.name == "learning_rate"]
+    if len(slots) != 1:
+        raise TrainingError("host_learning_rate needs an optimizer built with a float "
+                            "learning_rate (it keeps a `learning_rate` variable), not a schedule")
+    return slots[0]
+
+
+class PrecompilableStep:
+    """A jitted function that can be compiled ahead of its first call (`precompile`: several at
+    once, in parallel) and then runs the compiled executable; `host_learning_rate` marks a train
+    step fed its learning rate by the host. Arguments that do not match what was compiled (another
+    batch shape) fall back to the jitted function, which compiles them as usual."""
+
+    def __init__(self, jitted, log=print, host_learning_rate=False):
+        self.jitted, self.log = jitted, log
+        self.host_learning_rate = host_learning_rate
+        self.compiled = None
+
+    def lower(self, *args):
+        return self.jitted.lower(*args)
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args)
+            except (TypeError, ValueError) as e:   # other shapes / dtypes than compiled
+                self.log(f"note: precompiled step not used ({str(e).splitlines()[0][:120]})")
+                self.compiled = None
+        return self.jitted(*args)
+
+
+def precompile(jobs, log=print, workers=4):
+    """Compile `[(name, PrecompilableStep, example args)]` ahead of time: traced and lowered one
+    after another (Python), compiled in parallel threads (XLA compiles without the GIL), so a run
+    with many steps to compile (two pre-training objectives, four fine-tuning heads and their
+    predict steps) waits for the slowest compile rather than for their sum. Returns
+    {name: seconds from the start until that step was compiled}."""
+    from concurrent.futures import ThreadPoolExecutor
+    start = time.time()
+    lowered = []
+    for name, step, args in jobs:
+        lowered.append((name, step, step.lower(*args)))
+    log(f"precompile: {len(lowered)} steps traced and lowered in {time.time() - start:.1f}s")
+    done = {}
+
+    def compile_one(item):
+        name, step, low = item
+        step.compiled = low.compile()
+        done[name] = round(time.time() - start, 1)
+
+    with ThreadPoolExecutor(max(1, min(workers, len(lowered)))) as pool:
+        list(pool.map(compile_one, lowered))
+    log(f"precompile: all compiled in {time.time() - start:.1f}s ("
+        + ", ".join(f"{k} {v:.0f}s" for k, v in done.items()) + ")")
+    return done
+
+
+def host_learning_rate(schedule, step):
+    """schedule(step) as a NumPy float32 computed on the host (no device round trip)."""
+    value = getattr(schedule, "host_value", None)
+    return np.float32(value(step) if value is not None else np.asarray(schedule(step)))
+
+
 # ------------------------------------------------------------------------------ the core
 class JaxTrainingCore:
     GROUPS = ("trainable", "non_trainable", "optimizer")
@@ -59,10 +133,13 @@ class JaxTrainingCore:
         return [[f"{group}/{i}/{v.path}" for i, v in enumerate(variables)]
                 for group, variables in zip(self.GROUPS, self._variables(model, optimizer))]
 
-    def make_step(self, model, optimizer, loss_and_metrics):
-        """The jitted step: (state, batch, step) -> (state, metric sums incl. loss, grad_norm)."""
+    def make_step(self, model, optimizer, loss_and_metrics, host_learning_rate=False):
+        """The jitted step: (state, batch, step) -> (state, metric sums incl. loss, grad_norm);
+        with `host_learning_rate`, (state, batch, step, learning_rate) -> the same (the optimizer
+        must have been built with a float learning rate: see `learning_rate_slot`)."""
         import jax
         import jax.numpy as jnp
+        lr_slot = learning_rate_slot(optimizer) if host_learning_rate else None
 
         def loss_fn(trainable, non_trainable, batch, step):
             outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch,
@@ -74,25 +151,37 @@ class JaxTrainingCore:
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
         @jax.jit
-        def train_step(state, batch, step):
+        def train_step(state, batch, step, learning_rate=None):
             trainable, non_trainable, optimizer_vars = state
+            if lr_slot is not None:
+                optimizer_vars = list(optimizer_vars)
+                optimizer_vars[lr_slot] = jnp.asarray(
+                    learning_rate, optimizer_vars[lr_slot].dtype).reshape(
+                        optimizer_vars[lr_slot].shape)
             (_, (metrics, non_trainable)), grads = grad_fn(trainable, non_trainable, batch, step)
             metrics["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in grads))
             trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads,
                                                                   trainable)
             return (trainable, non_trainable, optimizer_vars), metrics
 
-        return train_step
+        if lr_slot is None:
+            return train_step
+        return PrecompilableStep(train_step, log=self.log, host_learning_rate=True)
 
     def fit(self, model, optimizer, schedule, loss_and_metrics, make_batches, summarize,
             describe, checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
-            started_at=None):
+            started_at=None, train_step=None, after_save=None):
         """Train from the newest checkpoint of `checkpoint_dir` (or step 0) to total_steps.
 
         make_batches(skip_batches) -> iterator of global batches; summarize(sums, num_steps) ->
         the window record; describe(record) -> the progress line's objective part; export() is
-        called at the end with the trained values assigned back to the variables."""
+        called at the end with the trained values assigned back to the variables.
+        train_step: a step of `make_step` to reuse (a fresh one is compiled otherwise); one made
+        with `host_learning_rate` is fed `schedule(step)` each step. after_save(step): called at
+        every save point (every `save_every` steps and at the end, with or without a
+        `checkpoint_dir`) with the current values assigned to the variables (held-out curves)."""
         import jax
+        import jax.numpy as jnp
         s = self.settings
         started_at = time.time() if started_at is None else started_at
         variables = self._variables(model, optimizer)
@@ -107,26 +196,43 @@ class JaxTrainingCore:
                 state = tuple([values[n] for n in group_names] for group_names in names)
                 self.log(f"resumed from {last_saved} at step {step}")
         batches = make_batches(examples // s.batch_size)
-        train_step = self.make_step(model, optimizer, loss_and_metrics)
+        if train_step is None:
+            train_step = self.make_step(model, optimizer, loss_and_metrics)
+        host_lr = getattr(train_step, "host_learning_rate", False)
+        add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
 
         def run_steps(step):
+            # steps_per_loop steps dispatched back to back, sums kept on the device: one host sync
+            # per call (never past a log or save boundary: training/loop.py).
             nonlocal state
-            state, metrics = train_step(state, next(batches), np.int64(step))
-            return 1, {k: np.asarray(v) for k, v in metrics.items()}
+            sums = None
+            num = steps_this_call(s, step)
+            for i in range(num):
+                args = (state, next(batches), np.int64(step + i))
+                if host_lr:
+                    args += (host_learning_rate(schedule, step + i),)
+                state, metrics = train_step(*args)
+                sums = metrics if sums is None else add(sums, metrics)
+            return num, {k: np.asarray(v) for k, v in sums.items()}
 
         start_step, start_examples = step, examples
 
         def save(step):
-            consumed = start_examples + (step - start_step) * s.batch_size
-            return save_safetensors_checkpoint(checkpoint_dir, self._flat(names, state), step, consumed,
-                                   s.keep_checkpoints)
+            path = None
+            if checkpoint_dir is not None:
+                consumed = start_examples + (step - start_step) * s.batch_size
+                path = save_safetensors_checkpoint(checkpoint_dir, self._flat(names, state), step,
+                                                   consumed, s.keep_checkpoints)
+            if after_save is not None:
+                self._assign(variables, state)
+                after_save(step)
+            return path
 
+        saving = checkpoint_dir is not None or after_save is not None
         result = run_loop(s, start_step, run_steps, summarize=summarize, describe=describe,
-                          schedule=schedule, save=None if checkpoint_dir is None else save,
+                          schedule=schedule, save=save if saving else None,
                           last_saved=last_saved, log=self.log, label=self.label)
-        for group, values in zip(variables, state):
-            for variable, value in zip(group, values):
-                variable.assign(value)
+        self._assign(variables, state)
         if export is not None:
             export()
         num_params = sum(np.prod(v.shape) for v in variables[0])
@@ -136,6 +242,12 @@ class JaxTrainingCore:
         if summary_path is not None:
             write_json_atomic(summary, summary_path)
         return summary
+
+    @staticmethod
+    def _assign(variables, state):
+        for group, values in zip(variables, state):
+            for variable, value in zip(group, values):
+                variable.assign(value)
 
     @staticmethod
     def _flat(names, state):

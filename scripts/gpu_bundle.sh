@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The GPU run's bundle (docs/GPU.md): pre-training arrays from ../shared/data/corpus (held-out
+# shard apart), the tokenized GLUE features and the keras / optree / namex wheels for CPython
+# 3.12, in gpu_bundle/ (git-ignored, <= 60 MiB; it prints its size).
+#   bash scripts/gpu_bundle.sh [--output_dir=gpu_bundle] [--shared_dir=../shared]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=3
+exec .venv/bin/python -m reproduce.gpu_bundle "$@"

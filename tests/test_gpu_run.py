@@ -1,0 +1,77 @@
+"""The prepared GPU run end to end on the CPU (docs/GPU.md): `bash scripts/gpu_bundle.sh` builds the
+bundle from ../shared (<= 60 MiB), then `bash scripts/gpu_run.sh --smoke` runs every stage on
+Keras-on-JAX with `tensorflow` unimportable and leaves every output file and every model x task
+cell. A rerun of the same command resumes: nothing is trained again."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO_ROOT, shared_path
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    pytest.importorskip("jax")
+    shared = shared_path("data").parent
+    root = tmp_path_factory.mktemp("gpu")
+    out = root / "bundle"
+    done = subprocess.run(["bash", "scripts/gpu_bundle.sh", f"--output_dir={out}",
+                           f"--build_dir={root / 'build'}", f"--shared_dir={shared}"],
+                          cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return root, out, done.stdout
+
+
+def test_bundle_is_small_and_complete(bundle):
+    _, out, stdout = bundle
+    info = json.loads((out / "bundle.json").read_text())
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert size <= 60 * 2 ** 20
+    assert f"bundle {out}: {size / 2 ** 20:.1f} MiB" in stdout
+    assert info["train_examples"] > 100_000 and info["heldout_examples"] >= 256
+    assert info["corpus_dirs"][0].startswith("../") and info["special_ids"]["mask_id"] == 103
+    wheels = sorted(p.name.split("-")[0] for p in (out / "wheels").glob("*.whl"))
+    assert wheels == ["keras", "namex", "optree"]
+    assert all("cp312" in p.name or "py3-none" in p.name for p in (out / "wheels").glob("*.whl"))
+    manifest = json.loads((out / "features" / "manifest.json").read_text())
+    assert {e["task"] for e in manifest["files"].values()} == {"cola", "sst", "mrpc", "sts", "rte"}
+
+
+def test_smoke_run_end_to_end_and_resume(bundle):
+    from analysis.plots import png_labels
+    root, out, _ = bundle
+    results, work = root / "out", root / "work"
+    cmd = ["bash", "scripts/gpu_run.sh", "--smoke", f"--bundle_dir={out}",
+           f"--output_dir={results}", f"--work_dir={work}"]
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run(cmd, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
+                          env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in results.iterdir()) == sorted(
+        ["results.json", "results.md", "throughput.json", "pretraining_curves.png",
+         "glue_scores.png", "gpu_run.log"])
+    data = json.loads((results / "results.json").read_text())
+    for model in ("convbert", "electra", "random"):
+        assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
+        for entry in data["glue"][model].values():
+            assert entry["summary"][entry["metric"]]["n"] == 2        # two seeds
+    for model in ("convbert", "electra"):
+        p = data["pretraining"][model]
+        assert p["global_step"] == 4 and len(p["heldout"]) == 2
+        assert all("disc_auc_last_gen" in h for h in p["heldout"])
+    tp = json.loads((results / "throughput.json").read_text())
+    assert tp["platform"] == "cpu" and set(tp["models"]) == {"convbert", "electra"}
+    assert "outputs: all present" in (results / "gpu_run.log").read_text()
+    md = (results / "results.md").read_text()
+    assert "| ConvBERT, random init |" in md and "sequences/s" in md
+    for png in ("pretraining_curves.png", "glue_scores.png"):
+        labels = png_labels(str(results / png))
+        assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
+    again = subprocess.run(cmd, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
+                           env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "pre-trained (4 steps), skipped" in again.stdout
+    assert "training 3 steps" not in again.stdout          # every fine-tuning trial was kept
+    assert json.loads((results / "results.json").read_text())["glue"] == data["glue"]
