@@ -25,6 +25,7 @@ function and a batch stream; the core owns the rest, as `TrainingCore` does on T
 
 Same `TrainSettings` as TensorFlow's core; not here: TensorBoard, loss scaling.
 """
+import os
 import time
 
 import numpy as np
@@ -85,7 +86,7 @@ class PrecompilableStep:
         return self.jitted(*args)
 
 
-def precompile(jobs, log=print, workers=4):
+def precompile(jobs, log=print, workers=None):
     """Compile `[(name, PrecompilableStep, example args)]` ahead of time: traced and lowered one
     after another (Python), compiled in parallel threads (XLA compiles without the GIL), so a run
     with many steps to compile (two pre-training objectives, four fine-tuning heads and their
@@ -104,6 +105,7 @@ def precompile(jobs, log=print, workers=4):
         step.compiled = low.compile()
         done[name] = round(time.time() - start, 1)
 
+    workers = workers or min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max(1, min(workers, len(lowered)))) as pool:
         list(pool.map(compile_one, lowered))
     log(f"precompile: all compiled in {time.time() - start:.1f}s ("
