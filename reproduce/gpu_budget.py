@@ -62,6 +62,7 @@ class GpuRecipe:
     throughput_steps: int = 10
     steps_per_loop: int = 25
     fixed_steps: int = 0           # smoke: no planning, this many steps
+    min_pretrain_share: float = 0.5   # of the seconds left after compiling (plan_budget)
     max_eval_examples: int = 0     # smoke: first N dev examples
 
 
@@ -85,6 +86,31 @@ SMOKE = dataclasses.replace(
                   steps_per_loop=3),
     max_trials=2, heldout_examples=16, evaluations=2, throughput_rounds=2, throughput_steps=2,
     steps_per_loop=2, fixed_steps=4, max_eval_examples=32)
+
+
+def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe):
+    """How the seconds left after building and compiling are spent: {"steps" (pre-training
+    steps per model), "finetune_step_fraction" (of each task's official step count, the same
+    for every model and task), "pretrain_seconds"}.
+
+    15 s are kept for reports. One fine-tuning seed of every model x task runs at full length
+    when it leaves pre-training at least `recipe.min_pretrain_share` of the rest; otherwise
+    pre-training gets that share and every fine-tuning run is shortened by the same fraction (a
+    comparison of encoders after 100 steps of pre-training, which the first GPU run showed
+    collapse to the prior, says nothing). 10% of the pre-training seconds go to the host loop,
+    held-out scoring and checkpoints."""
+    if recipe.fixed_steps:
+        return {"steps": recipe.fixed_steps, "finetune_step_fraction": 1.0,
+                "pretrain_seconds": None}
+    left = left_s - 15.0
+    if finetune_round_s <= left * (1 - recipe.min_pretrain_share):
+        fraction, pretrain_s = 1.0, left - finetune_round_s
+    else:
+        pretrain_s = left * recipe.min_pretrain_share
+        fraction = max(0.05, (left - pretrain_s) / finetune_round_s)
+    steps = max(MIN_PRETRAIN_STEPS, int(0.9 * pretrain_s / pretrain_step_s) // 100 * 100)
+    return {"steps": steps, "finetune_step_fraction": round(fraction, 4),
+            "pretrain_seconds": round(pretrain_s, 1)}
 
 
 class GpuRunError(RuntimeError):
@@ -157,7 +183,10 @@ class GpuRun:
             "max_seq_length": b["max_seq_length"],
             "steps_per_loop": self.recipe.steps_per_loop,
             "save_checkpoints_steps": max(1, steps // self.recipe.evaluations),
-            "keep_checkpoint_max": 1})
+            "keep_checkpoint_max": 1,
+            # ~20 points on the training curves whatever the run's length
+            "log_every_n_steps": max(1, min(overrides.get("log_every_n_steps", 100),
+                                            steps // 20))})
 
     def build_models(self, features):
         """{model: (pretrainer, optimizer, step)} (steps with a host learning rate), the held-out
@@ -323,27 +352,16 @@ class GpuRun:
             plan = json.loads(fileio.read_text(path))
             self.log(f"plan from {path}: {plan['steps']} steps per model")
             return plan
-        r = self.recipe
-        if r.fixed_steps:
-            steps, available = r.fixed_steps, None     # smoke: no planning
-        else:
-            per_step = sum(throughput["models"][m]["step_ms"] for m in PRETRAINED) / 1e3
-            # What is left once one seed of fine-tuning is kept, 15 s for reports and exports;
-            # 10% of the rest for the host loop, held-out scoring and checkpoints.
-            available = self.budget_s - self.elapsed() - finetune_round_s - 15.0
-            steps = int(0.9 * available / per_step) // 100 * 100
-            if steps < MIN_PRETRAIN_STEPS:
-                self.log(f"WARNING: --budget_s={self.budget_s:g} leaves {available:.0f}s for "
-                         f"pre-training, fewer than {MIN_PRETRAIN_STEPS} steps: training "
-                         f"{MIN_PRETRAIN_STEPS} anyway (the run will outlast its budget)")
-                steps = MIN_PRETRAIN_STEPS
-        plan = {"steps": steps, "pretrain_seconds_available": available,
-                "finetune_round_seconds_estimated": round(finetune_round_s, 1),
-                "step_ms": {m: throughput["models"][m]["step_ms"] for m in PRETRAINED},
-                "decided_at_s": round(self.elapsed(), 1)}
+        plan = plan_budget(self.budget_s - self.elapsed(), finetune_round_s,
+                           sum(throughput["models"][m]["step_ms"] for m in PRETRAINED) / 1e3,
+                           self.recipe)
+        plan.update(step_ms={m: throughput["models"][m]["step_ms"] for m in PRETRAINED},
+                    finetune_round_seconds_estimated=round(finetune_round_s, 1),
+                    decided_at_s=round(self.elapsed(), 1))
         fileio.write_text_atomic(path, json.dumps(plan, indent=2) + "\n")
-        self.log(f"plan: {steps} pre-training steps per model (one seed of fine-tuning "
-                 f"estimated at {finetune_round_s:.0f}s)")
+        self.log(f"plan: {plan['steps']} pre-training steps per model; fine-tuning at "
+                 f"{plan['finetune_step_fraction']:.2f} of the official steps (one seed of "
+                 f"every model x task estimated at {finetune_round_s:.0f}s at full length)")
         return plan
 
     # -------------------------------------------------------------- 3. pre-training
@@ -386,7 +404,11 @@ class GpuRun:
             checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"),
             export=lambda: export(pretrainer, model_dir), summary_path=summary_path,
             summary_extra={"model_name": model, "model_size": hp.model_size},
-            train_step=step, after_save=score)
+            train_step=step, after_save=score,
+            # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
+            # only: the held-out points in between need none.
+            checkpoint_every=max(1, steps // self.recipe.evaluations) * max(
+                1, self.recipe.evaluations // 2))
         # One fixed corruption (the last generator's) for every point's discriminator.
         last = heldout_eval.corrupt(heldout, gen_fn, hp.temperature)
         lines = []
@@ -412,15 +434,24 @@ class GpuRun:
                 "heldout": heldout}
 
     # -------------------------------------------------------------- 4. fine-tuning
-    def finetune_hparams(self, task):
+    def finetune_hparams(self, task, num_train_examples=None):
+        """The task's hparams; with `num_train_examples`, its steps capped at the plan's
+        fraction of the official count."""
         from finetune.hparams import FinetuneHParams
+        from finetune.trainer import num_train_steps
         values = dict(self.recipe.finetune)
         arch = values.pop("model_hparam_overrides", {})
         hp = FinetuneHParams(**values, model_hparam_overrides=dict(arch),
                              num_trials=self.recipe.max_trials, seed=self.seed + 1)
         if task == "sst":
             hp.num_train_epochs = self.recipe.sst_epochs
-        return hp.for_task(task)
+        hp = hp.for_task(task)
+        fraction = self.results.get("plan", {}).get("finetune_step_fraction", 1.0)
+        if num_train_examples is not None and fraction < 1.0:
+            full = num_train_steps(num_train_examples, hp.train_batch_size,
+                                   hp.num_train_epochs, hp.max_train_steps)
+            hp.max_train_steps = max(1, int(full * fraction))
+        return hp
 
     def encoder_configs(self, built):
         return {"convbert": built["convbert"][0].config, "electra": built["electra"][0].config,
@@ -458,8 +489,8 @@ class GpuRun:
                         continue
                     if model not in weights:
                         weights[model] = self.start_weights(model, built)
-                    hp = self.finetune_hparams(task)
                     train, dev, guids = features[task]
+                    hp = self.finetune_hparams(task, len(train["input_ids"]))
                     finetuner = finetuners.get(configs[model], task, hp)
                     seed = hp.seed + trial - 1
                     finetuner.start(weights[model], seed)
@@ -543,7 +574,10 @@ class GpuRun:
         plan = data.get("plan")
         if plan:
             lines += [f"Pre-training steps per model (chosen from the step times above): "
-                      f"{plan['steps']}.", ""]
+                      f"{plan['steps']}. Fine-tuning steps: "
+                      + ("the official count" if plan["finetune_step_fraction"] >= 1.0 else
+                         f"{plan['finetune_step_fraction']:.2f} of the official count on every "
+                         "task (the budget's cap)") + ".", ""]
         lines.append(f"Fine-tuning: official settings, SST-2 capped at {self.recipe.sst_epochs:g} "
                      f"epoch(s); seeds run in rounds while the budget lasts.")
         lines.append("")

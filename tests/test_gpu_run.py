@@ -75,3 +75,21 @@ def test_smoke_run_end_to_end_and_resume(bundle):
     assert "pre-trained (4 steps), skipped" in again.stdout
     assert "training 3 steps" not in again.stdout          # every fine-tuning trial was kept
     assert json.loads((results / "results.json").read_text())["glue"] == data["glue"]
+
+
+def test_plan_budget_keeps_pre_training_its_share():
+    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, plan_budget
+    # Room for everything: one full fine-tuning seed, pre-training gets the rest.
+    plan = plan_budget(615.0, 200.0, 0.05, GPU_BUDGET)
+    assert plan["finetune_step_fraction"] == 1.0 and plan["pretrain_seconds"] == 400.0
+    assert plan["steps"] == int(0.9 * 400 / 0.05) // 100 * 100 == 7200
+    # The first H200 run: 317 s left, one seed estimated at 497 s. Pre-training keeps half,
+    # fine-tuning is shortened to fit the other half.
+    plan = plan_budget(317.0, 497.0, 0.434, GPU_BUDGET)
+    assert plan["pretrain_seconds"] == 151.0
+    assert plan["finetune_step_fraction"] == pytest.approx(151.0 / 497.0, abs=1e-4)
+    assert plan["steps"] == 300
+    # Never fewer than 100 steps; the smoke recipe's steps are fixed.
+    assert plan_budget(20.0, 497.0, 0.434, GPU_BUDGET)["steps"] == 100
+    assert plan_budget(20.0, 497.0, 0.434, SMOKE) == {"steps": 4, "finetune_step_fraction": 1.0,
+                                                      "pretrain_seconds": None}

@@ -172,7 +172,7 @@ class JaxTrainingCore:
 
     def fit(self, model, optimizer, schedule, loss_and_metrics, make_batches, summarize,
             describe, checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
-            started_at=None, train_step=None, after_save=None):
+            started_at=None, train_step=None, after_save=None, checkpoint_every=None):
         """Train from the newest checkpoint of `checkpoint_dir` (or step 0) to total_steps.
 
         make_batches(skip_batches) -> iterator of global batches; summarize(sums, num_steps) ->
@@ -181,7 +181,9 @@ class JaxTrainingCore:
         train_step: a step of `make_step` to reuse (a fresh one is compiled otherwise); one made
         with `host_learning_rate` is fed `schedule(step)` each step. after_save(step): called at
         every save point (every `save_every` steps and at the end, with or without a
-        `checkpoint_dir`) with the current values assigned to the variables (held-out curves)."""
+        `checkpoint_dir`) with the current values assigned to the variables (held-out curves).
+        checkpoint_every: write the checkpoint only at save points that are a multiple of it
+        (and at the end); after_save still sees every save point."""
         import jax
         import jax.numpy as jnp
         s = self.settings
@@ -221,7 +223,9 @@ class JaxTrainingCore:
 
         def save(step):
             path = None
-            if checkpoint_dir is not None:
+            due = (not checkpoint_every or step % checkpoint_every == 0
+                   or step == s.total_steps)
+            if checkpoint_dir is not None and due:
                 consumed = start_examples + (step - start_step) * s.batch_size
                 path = save_safetensors_checkpoint(checkpoint_dir, self._flat(names, state), step,
                                                    consumed, s.keep_checkpoints)
