@@ -156,22 +156,15 @@ def write_manifest(output_dir, manifest) -> str:
 def read_manifest(features_dir) -> dict:
     """The manifest of a features directory; FeatureFileError naming it if it is missing,
     unparseable or of an unknown format."""
+    from model.config import ConfigError, read_json_object
     path = manifest_path(features_dir)
-    try:
-        text = fileio.read_bytes(path).decode("utf-8")
-    except FileNotFoundError:
+    if not fileio.isfile(path):
         raise FeatureFileError(f"{path}: features manifest not found (make the features with "
-                               f"python -m finetune.features)") from None
-    except IsADirectoryError:
-        raise FeatureFileError(f"{path}: is a directory, not a features manifest") from None
-    except UnicodeDecodeError:
-        raise FeatureFileError(f"{path}: not a features manifest (not UTF-8 text)") from None
+                               f"python -m finetune.features)")
     try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise FeatureFileError(f"{path}: not a features manifest (invalid JSON: {e})") from None
-    if not isinstance(manifest, dict):
-        raise FeatureFileError(f"{path}: not a features manifest (expected a JSON object)")
+        manifest, _ = read_json_object(path, what="features manifest")
+    except ConfigError as e:   # names the file: "<path>: invalid JSON at line ..."
+        raise FeatureFileError(str(e)) from None
     if manifest.get("format") != FORMAT:
         raise FeatureFileError(f"{path}: unknown features format {manifest.get('format')!r} "
                                f"(this toolkit reads format {FORMAT})")
