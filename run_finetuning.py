@@ -21,8 +21,21 @@ directory, malformed TSV row, unknown label or task) stops with a one-line error
 (`error: ...`, exit status 1; docs/RELIABILITY.md).
 
 Every path (--data_dir, --model_dir, --init_checkpoint, --vocab_file, --sp_model, --train_file,
---predict_file) may be on any filesystem TensorFlow knows (gs:// buckets on a Cloud TPU): every
-file goes through model/fileio.py.
+--predict_file, --features_dir) may be on any filesystem TensorFlow knows (gs:// buckets on a
+Cloud TPU): every file goes through model/fileio.py.
+
+From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow:
+
+    python -m finetune.features --task_names=mrpc,sts --data_dir=GLUE_DIR --vocab_file=VOCAB \
+        --splits=train,dev,test --output_dir=features
+    KERAS_BACKEND=jax python run_finetuning.py --features_dir=features --task_names=mrpc,sts \
+        --init_checkpoint=NATIVE_OR_HF_DIR --model_dir=out/glue_jax [--do_predict]
+
+--features_dir replaces --data_dir for GLUE tasks (no tokenization; the manifest's vocabulary
+sha256, max_seq_length and casing must match the run's) and writes the same results files. On
+JAX: GLUE only (no SQuAD), native or Hugging Face checkpoints (convert an official TF1 one
+first), precision fp32 or bf16, one device; --data_dir, if also given, only checks the
+leaderboard files against the GLUE test sets.
 """
 from __future__ import annotations
 
@@ -51,6 +64,10 @@ _flags = _Flags()
 
 _flags.DEFINE_string("data_dir", None, "GLUE data dir (<data_dir>/<TASK>/{train,dev,test}.tsv); "
                     "SQuAD files are looked up in <data_dir>/squad/ (or <data_dir>/).")
+_flags.DEFINE_string("features_dir", None, "GLUE features from python -m finetune.features "
+                    "(<task>_<split>.npz + manifest.json) instead of --data_dir TSVs: no "
+                    "tokenization; the only input on KERAS_BACKEND=jax (TensorFlow never "
+                    "imported). With --do_predict it needs the test splits.")
 _flags.DEFINE_string("task_names", None, "Comma list: cola,sst,mrpc,sts,qqp,mnli,qnli,rte,wnli,"
                     "squad (SQuAD 2.0),squadv1 (SQuAD 1.1).")
 _flags.DEFINE_string("init_checkpoint", None, "Pre-training model_dir, native export, official TF1 "
@@ -130,24 +147,33 @@ def run(argv=None):
     base_hp = load_hparams(FLAGS.hparams, **collect_flag_overrides())
     if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
         raise UsageError("nothing to do: set --do_train, --do_eval or --do_predict")
-    data_dir = FLAGS.data_dir
-    if any(t not in QA_TASKS for t in tasks) and not data_dir:
-        raise UsageError("--data_dir is required for GLUE tasks")
-    from model import fileio
+    data_dir, features_dir = FLAGS.data_dir, FLAGS.features_dir
+    if any(t not in QA_TASKS for t in tasks) and not (data_dir or features_dir):
+        raise UsageError("--data_dir (or --features_dir) is required for GLUE tasks")
     if data_dir and not fileio.isdir(data_dir):
         raise UsageError(f"{data_dir}: --data_dir not found")
+    if features_dir and not fileio.isdir(features_dir):
+        raise UsageError(f"{features_dir}: --features_dir not found")
     if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
         raise UsageError(f"{init}: --init_checkpoint not found")
-    from finetune.run import run_tasks
+    from finetune.run import keras_backend, run_tasks
+    kwargs = dict(data_dir=data_dir, init_checkpoint=init, vocab_file=FLAGS.vocab_file,
+                  sp_model=FLAGS.sp_model, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+                  do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
+                  predict_file=FLAGS.predict_file, features_dir=features_dir)
+    if keras_backend(features_dir) == "jax":   # finetune/jax_trainer.py; no TensorFlow
+        for flag in ("distribution", "tpu", "tpu_zone", "gcp_project", "num_cpu_devices"):
+            if getattr(FLAGS, flag):
+                raise UsageError(f"--{flag} is for TensorFlow; fine-tuning on JAX runs on one "
+                                 f"device")
+        run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
+        return 0
     from training.distribution import make_strategy
     # Before TensorFlow creates a tensor: logical devices and the TPU system are fixed at start-up.
     strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,
                              FLAGS.tpu_zone, FLAGS.gcp_project)
     with strategy.scope():   # models, optimizer and steps of every task live on the strategy
-        run_tasks(tasks, base_hp, FLAGS.model_dir, data_dir=data_dir, init_checkpoint=init,
-                  vocab_file=FLAGS.vocab_file, sp_model=FLAGS.sp_model, do_train=FLAGS.do_train,
-                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
-                  train_file=FLAGS.train_file, predict_file=FLAGS.predict_file)
+        run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
     return 0
 
 
@@ -169,7 +195,7 @@ def glue_submission():
 
 
 _ERROR_TYPES = (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
-                ("training.state", "TrainingError"),
+                ("training.loop", "TrainingError"), ("model.fileio", "FileIOError"),
                 ("training.distribution", "DistributionError"),
                 ("finetune.qa.squad_eval", "SquadFormatError"),
                 ("model.checkpoints", "CheckpointError"), ("model.config", "ConfigError"))

@@ -5,7 +5,8 @@
 
 One jitted step = masking + generator forward + Gumbel sampling + discriminator forward + total
 loss + window metrics + backward + AdamW: the JAX training core's step (`JaxTrainingCore.
-make_step` over `ElectraPretrainer` and `pretrain.jax_trainer.loss_and_metrics`),
+make_step` over `ElectraPretrainer` and `pretrain.task.window_metrics`, what the
+pre-training task's step computes),
 bf16 compute (`mixed_bfloat16`: fp32 weights / optimizer, bf16 matmuls). Reported: sequences/s
 (median over timed steps after 3 warm-up steps) and model-FLOPs utilisation:
 
@@ -38,7 +39,7 @@ def run(name, disc_cfg, args):
     from model import optimization
     from pretrain.electra_pretrainer import ElectraPretrainer
     from pretrain.generator_config import generator_config
-    from pretrain.jax_trainer import loss_and_metrics
+    from pretrain.task import window_metrics
     from training.jax_core import JaxTrainingCore
     from training.settings import TrainSettings
     gen_cfg = generator_config(disc_cfg, args.gen)
@@ -59,7 +60,8 @@ def run(name, disc_cfg, args):
     opt.build(model.trainable_variables)
     core = JaxTrainingCore(TrainSettings(total_steps=args.warmup + args.steps, batch_size=b,
                                          learning_rate=2e-4))
-    train_step = core.make_step(model, opt, loss_and_metrics)
+    train_step = core.make_step(
+        model, opt, lambda out, batch: (out["total_loss"], window_metrics(batch, out)))
     state = ([v.value for v in model.trainable_variables],
              [v.value for v in model.non_trainable_variables], [v.value for v in opt.variables])
 

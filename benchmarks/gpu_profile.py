@@ -79,9 +79,7 @@ def main():
     hp = FinetuneHParams(model_size="small", precision="bf16").for_task("sst")
     finetuner = JaxFinetuner(config, "sst", hp)
     out["build_s"] = round(time.time() - started, 1)
-    state = tuple([v.value for v in group] for group in (
-        finetuner.model.trainable_variables, finetuner.model.non_trainable_variables,
-        finetuner.optimizer.variables))
+    state = finetuner.core.task_state()
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1000, 30000, (32, 128)).astype(np.int32),
              "input_mask": np.ones((32, 128), np.int32),

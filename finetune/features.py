@@ -105,10 +105,13 @@ CLI_USAGE = """Tokenize GLUE splits once into feature files (finetune/feature_fi
         [--splits=train,dev] [--max_train_examples=N] [--double_unordered=true]
 
 Writes DIR/<task>_<split>.npz per task and split, then DIR/manifest.json (vocab sha256, length,
-casing, ...). Defaults are the fine-tuning ones (finetune/hparams.py), and the train split is
-read as a fine-tuning run reads it (finetune/glue_task.load_glue_data: the first
---max_train_examples, then both sentence orders for MRPC/STS-B with --double_unordered). Every
-path may be on gs:// or ram:// (model/fileio.py). Bad input (unknown task or split, missing data
+casing, ...). For MNLI, dev means dev_matched + dev_mismatched and test means test_matched +
+test_mismatched + diagnostic (AX, when the download has it): the splits a fine-tuning run reads.
+`run_finetuning.py --features_dir=DIR` fine-tunes from them (train and dev; test with
+--do_predict), on Keras-on-JAX without TensorFlow too. Defaults are the fine-tuning ones
+(finetune/hparams.py), and the train split is read as a fine-tuning run reads it
+(finetune/glue_task.load_glue_data: the first --max_train_examples, then both sentence orders for
+MRPC/STS-B with --double_unordered). Every path may be on gs:// or ram:// (model/fileio.py). Bad input (unknown task or split, missing data
 file or vocab) stops with one line `error: ...` naming it, exit status 1, before anything is
 written.
 """
@@ -160,6 +163,18 @@ def _split_list(text, flag):
     return items
 
 
+def run_splits(task, split, data_dir):
+    """The splits a fine-tuning run reads for `split`: MNLI's dev is dev_matched +
+    dev_mismatched, its test test_matched + test_mismatched (+ diagnostic, AX, when `data_dir`
+    has it); any other split as named."""
+    from finetune.glue_task import glue_eval_splits, glue_predict_splits
+    if task == "mnli" and split == "dev":
+        return [name for _, name in glue_eval_splits(task)]
+    if task == "mnli" and split == "test":
+        return [name for _, name in glue_predict_splits(task, data_dir)]
+    return [split]
+
+
 def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp, printer=print):
     """Tokenizes every (task, split) into `output_dir` and writes its manifest last; returns the
     manifest. `hp`: FinetuneHParams (do_lower_case, max_seq_length, max_train_examples,
@@ -176,7 +191,8 @@ def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp,
     blocked = fileio.output_dir_error(output_dir, "--output_dir")
     if blocked:
         raise UsageError(blocked)
-    jobs = [(task, split) for task in task_names for split in splits]
+    jobs = list(dict.fromkeys((task, name) for task in task_names for split in splits
+                              for name in run_splits(task, split, data_dir)))
     for task, split in jobs:
         task_file(data_dir, task, split)      # DataError: unknown split, missing dir or file
     if not fileio.isfile(vocab_file):

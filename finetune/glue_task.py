@@ -2,7 +2,12 @@
 leaderboard files and the paper-style dev table.
 
     data = load_glue_data("mrpc", hp, data_dir, do_train=True, do_eval=True, do_predict=False)
-    run_glue_task("mrpc", hp, data, source, tokenizer, model_dir, submission={})
+    sets = tokenize_glue_data(data, tokenizer, hp)         # or, without tokenizing:
+    sets = read_glue_features(features_dir, manifest, "mrpc", hp, True, True, False)
+    run_glue_task("mrpc", hp, sets, source, model_dir, submission={})
+
+`GlueSets` (the model inputs of a task) and the writers below serve both backends: the
+TensorFlow Trainer here, Keras-on-JAX in finetune/jax_trainer.py `run_glue_task`.
 
 Files under `<model_dir>/results/`: `<task>_dev_predictions.tsv`, `<task>_dev_metrics.json`
 (suffix `_trial<k>` with several trials, plus `<task>_dev_summary.json`: median and mean ± std),
@@ -27,14 +32,23 @@ def glue_eval_splits(task):
         else [(task, "dev")]
 
 
-def glue_predict_splits(task, data_dir):
+def glue_predict_splits(task, data_dir, manifest=None):
+    """[(submission file stem, split)] of `task`'s test predictions. MNLI's AX (the diagnostic
+    set) is there when `data_dir` has diagnostic/diagnostic.tsv or, with a features `manifest`
+    (finetune/feature_files.py), when it lists mnli_diagnostic."""
     from finetune.glue.leaderboard import SUBMISSION_FILES
     if task == "mnli":
         splits = [("MNLI-m", "test_matched"), ("MNLI-mm", "test_mismatched")]
-        if fileio.isfile(fileio.join(data_dir, "diagnostic", "diagnostic.tsv")):
+        if manifest is not None:
+            found = "mnli_diagnostic" in manifest["files"]
+            missing = f"{data_dir}: no mnli_diagnostic features"
+        else:
+            found = fileio.isfile(fileio.join(data_dir, "diagnostic", "diagnostic.tsv"))
+            missing = f"{data_dir}/diagnostic/diagnostic.tsv not found"
+        if found:
             splits.append(("AX", "diagnostic"))
         else:
-            warn(f"{data_dir}/diagnostic/diagnostic.tsv not found: no AX predictions")
+            warn(f"{missing}: no AX predictions")
         return splits
     stem = [s for s, (t, _) in SUBMISSION_FILES.items() if t == task][0]
     return [(stem, "test")]
@@ -139,25 +153,120 @@ def load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict):
     return GlueData(task, train, evals, predicts)
 
 
-def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
-    from finetune.classification_head import ClassificationHead
+class GlueSets:
+    """A task's model inputs, as `convert_examples_to_features` makes them: tokenized from the
+    examples (`tokenize_glue_data`) or read from feature files (`read_glue_features`)."""
+
+    def __init__(self, task, train, evals, predicts):
+        self.task = task
+        self.train = train          # arrays or None (no training)
+        self.evals = evals          # [(result key, arrays, guids)]
+        self.predicts = predicts    # [(submission stem, arrays, guids)]
+
+
+def tokenize_glue_data(data, tokenizer, hp):
+    """GlueData (examples) -> GlueSets."""
+    def sets(pairs):
+        return [(key, glue_features(examples, data.task, tokenizer, hp.max_seq_length),
+                 [e.guid for e in examples]) for key, examples in pairs]
+
+    train = None
+    if data.train is not None:
+        train = glue_features(data.train, data.task, tokenizer, hp.max_seq_length)
+    return GlueSets(data.task, train, sets(data.evals), sets(data.predicts))
+
+
+def read_glue_features(features_dir, manifest, task, hp, do_train, do_eval, do_predict):
+    """GlueSets of `task` from `python -m finetune.features` files (finetune/feature_files.py):
+    the splits `load_glue_data` would read, dev sets cut to hp.max_eval_examples as there.
+    FeatureFileError naming the manifest for a split it lacks. Needs no TensorFlow."""
+    from finetune import feature_files
+    where = feature_files.manifest_path(features_dir)
+
+    def load(split):
+        return feature_files.load_split(features_dir, task, split, manifest)
+
+    train = None
+    if do_train:
+        train, _ = load("train")
+        if not len(train["input_ids"]):
+            raise feature_files.FeatureFileError(f"{where}: no {task} training examples")
+    evals = []
+    if do_eval:
+        for key, split in glue_eval_splits(task):
+            arrays, guids = load(split)
+            if not guids:
+                raise feature_files.FeatureFileError(f"{where}: no {task} {split} examples to "
+                                                     f"evaluate")
+            if hp.max_eval_examples:
+                arrays = {k: v[:hp.max_eval_examples] for k, v in arrays.items()}
+                guids = guids[:hp.max_eval_examples]
+            evals.append((key, arrays, guids))
+    predicts = []
+    if do_predict:   # always the whole test split: the leaderboard needs every id
+        for stem, split in glue_predict_splits(task, where, manifest):
+            predicts.append((stem, *load(split)))
+    return GlueSets(task, train, evals, predicts)
+
+
+def describe_training_set(task, hp, train):
+    """'mrpc: 7336 training examples (both sentence orders)'."""
+    from finetune.glue.tasks import get_task
+    both = hp.double_unordered and get_task(task).unordered_pair
+    return (f"{task}: {len(train['input_ids'])} training examples"
+            + (" (both sentence orders)" if both else ""))
+
+
+def write_dev_results(task, key, guids, logits, labels, model_dir, hp, trial, log=say):
+    """One trial's predictions on one dev set -> `results/<key>_dev_predictions*.tsv` and
+    `_dev_metrics*.json` (finetune/glue/leaderboard.py), logged; returns the metrics."""
     from finetune.glue import leaderboard
+    metrics = leaderboard.write_dev_predictions(
+        model_dir, key, guids, to_predictions(task, logits), labels,
+        trial=trial.record_number(hp.num_trials))
+    log(f"{trial.label}: dev {key} " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+        + f" ({len(guids)} examples)")
+    return metrics
+
+
+def write_trials_summaries(model_dir, hp, trial_metrics, log=say):
+    """With several trials: `results/<key>_dev_summary.json` per dev set, logged."""
+    from finetune.glue import leaderboard
+    if hp.num_trials > 1:
+        for key, metrics_list in trial_metrics.items():
+            if metrics_list:
+                summary = leaderboard.write_trials_summary(model_dir, key, metrics_list)
+                log(leaderboard.format_summary(key, summary))
+
+
+def choose_test_predictions(task, hp, trial_metrics, trial_test_preds, submission, log=say):
+    """Leaderboard predictions: those of the trial with the best dev score (trial 1 without dev
+    results) go into `submission` ({stem: (ids, predictions)}).
+    `trial_test_preds`: per trial, [(stem, guids, predictions)]."""
+    if not trial_test_preds:
+        return
+    best = 0
+    main_key = glue_eval_splits(task)[0][0]
+    if trial_metrics.get(main_key):
+        scores = [sum(m.values()) / len(m) for m in trial_metrics[main_key]]
+        best = max(range(len(scores)), key=lambda i: scores[i])
+    for stem, ids, preds in trial_test_preds[best]:
+        submission[stem] = (ids, preds)
+    if hp.num_trials > 1:
+        log(f"{task}: test predictions from trial {best + 1} (best dev score)")
+
+
+def run_glue_task(task, hp, sets, source, model_dir, submission):
+    """`hp.num_trials` trials of `task` on TensorFlow from its GlueSets."""
+    from finetune.classification_head import ClassificationHead
     from finetune.glue.tasks import get_task
     from finetune.encoder_source import check_sequence_length
     from finetune.trainer import train_trials
 
     spec = get_task(task)
     check_sequence_length(source, hp.max_seq_length, task)
-    do_train = data.train is not None
-    train_features = None
-    if do_train:
-        train_features = glue_features(data.train, task, tokenizer, hp.max_seq_length)
-        say(f"{task}: {len(data.train)} training examples"
-            + (" (both sentence orders)" if hp.double_unordered and spec.unordered_pair else ""))
-    eval_sets = [(key, examples, glue_features(examples, task, tokenizer, hp.max_seq_length))
-                 for key, examples in data.evals]
-    predict_sets = [(stem, examples, glue_features(examples, task, tokenizer, hp.max_seq_length))
-                    for stem, examples in data.predicts]
+    if sets.train is not None:
+        say(describe_training_set(task, hp, sets.train))
 
     forward, loss = glue_model_fns(task)
 
@@ -168,66 +277,47 @@ def run_glue_task(task, hp, data, source, tokenizer, model_dir, submission):
         head.build((None, None, config.hidden_size))
         return head
 
-    trial_metrics = {key: [] for key, _, _ in eval_sets}
+    trial_metrics = {key: [] for key, _, _ in sets.evals}
     trial_test_preds = []
     for trial, trainer, steps in train_trials(hp, task, model_dir, source, make_head, forward,
-                                              loss, train_features, printer=say):
-        for key, examples, features in eval_sets:
+                                              loss, sets.train, printer=say):
+        for key, features, guids in sets.evals:
             logits = trainer.predict(features, ["logits"])["logits"]
-            preds = to_predictions(task, logits)
-            labels = features["label_ids"]
-            metrics = leaderboard.write_dev_predictions(
-                model_dir, key, [e.guid for e in examples], preds, labels,
-                trial=trial.record_number(hp.num_trials))
+            metrics = write_dev_results(task, key, guids, logits, features["label_ids"],
+                                        model_dir, hp, trial)
             trial_metrics[key].append(metrics)
             trainer.write_scalars(f"dev_{key}", metrics, steps)
-            say(f"{trial.label}: dev {key} " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
-                + f" ({len(examples)} examples)")
-        if predict_sets:
-            trial_test_preds.append([(stem, [e.guid for e in ex],
-                                      to_predictions(task, trainer.predict(f, ["logits"])
-                                                     ["logits"]))
-                                     for stem, ex, f in predict_sets])
+        if sets.predicts:
+            trial_test_preds.append([(stem, guids, to_predictions(
+                task, trainer.predict(features, ["logits"])["logits"]))
+                for stem, features, guids in sets.predicts])
         if hp.save_finetuned_model:
             save_finetuned_model(trainer.encoder, trainer.head, task,
                                  os.path.join(model_dir, "finetuned", task + trial.suffix))
-    # Trial summaries.
-    if hp.num_trials > 1:
-        for key, metrics_list in trial_metrics.items():
-            if metrics_list:
-                summary = leaderboard.write_trials_summary(model_dir, key, metrics_list)
-                say(leaderboard.format_summary(key, summary))
-    # Leaderboard predictions: the trial with the best dev score (trial 1 without dev results).
-    if trial_test_preds:
-        best = 0
-        main_key = glue_eval_splits(task)[0][0]
-        if trial_metrics.get(main_key):
-            scores = [sum(m.values()) / len(m) for m in trial_metrics[main_key]]
-            best = max(range(len(scores)), key=lambda i: scores[i])
-        for stem, ids, preds in trial_test_preds[best]:
-            submission[stem] = (ids, preds)
-        if hp.num_trials > 1:
-            say(f"{task}: test predictions from trial {best + 1} (best dev score)")
+    write_trials_summaries(model_dir, hp, trial_metrics)
+    choose_test_predictions(task, hp, trial_metrics, trial_test_preds, submission)
     return trial_metrics
 
 
 def write_glue_submission(submission, model_dir, data_dir):
     """This run's test predictions -> `results/leaderboard/<NAME>.tsv`, then the zip of every
-    task's latest file there (earlier runs' included), checked against the test sets."""
+    task's latest file there (earlier runs' included), checked against the test sets under
+    `data_dir` (None: not checked; a run from feature files)."""
     from finetune.glue import leaderboard
     out_dir = fileio.join(model_dir, "results", "leaderboard")
     leaderboard.write_submission(out_dir, submission)
     status = leaderboard.make_submission(out_dir, data_dir, allow_partial=True)
-    say(describe_submission(status))
+    say(describe_submission(status, "no --data_dir" if data_dir is None else None))
     return status.zip_path
 
 
-def describe_submission(status):
+def describe_submission(status, unchecked_because=None):
     """One paragraph: what the zip holds, what was checked, what the server still needs."""
     held = ", ".join(f"{name} ({rows} rows)" for name, rows in status.rows.items())
     text = f"GLUE submission {status.zip_path}: {held}"
     if status.unchecked:
-        text += f"; not checked (test set not found): {', '.join(status.unchecked)}"
+        text += (f"; not checked ({unchecked_because or 'test set not found'}): "
+                 f"{', '.join(status.unchecked)}")
     if status.missing:
         text += f"; missing for the server: {', '.join(status.missing)}"
     return text

@@ -4,12 +4,13 @@
     finetuner.start(encoder_weights, seed=1)                     # a trial: weights, fresh head
     finetuner.train(train_features, seed=1)                      # hp's epochs / steps
     logits = finetuner.predict(dev_features)
-    run_glue_tasks(...)   # tasks x trials from features files -> the TensorFlow run's results files
+    run_glue_task(...)    # a task's trials from features -> the TensorFlow run's results files
 
-The objective is the TensorFlow path's (finetune/glue_task.py `glue_model_fns`: ELECTRA's
-classification / regression head and loss) and so is the optimisation: `AdamWeightDecay` with
-layer-wise LR decay, 10% warm-up and linear decay to 0 (finetune/trainer.py documents it), trained
-by the JAX training core (training/jax_core.py). What is JAX's own:
+The task is the TensorFlow path's: finetune/trainer.py `FinetuneTask` with finetune/glue_task.py
+`glue_model_fns` (ELECTRA's classification / regression head and loss), and so is the
+optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear decay to 0
+(training/settings.py `build_optimizer`), trained by the JAX training core
+(training/jax_core.py). What is JAX's own:
 
 * one compiled train step and one compiled predict step per (encoder config, head shape): the
   learning rate is fed from the host (`host_learning_rate`), so tasks of different lengths and all
@@ -17,8 +18,8 @@ by the JAX training core (training/jax_core.py). What is JAX's own:
   A trial resets the same variables (encoder <- its start weights, head drawn anew from the
   trial's seed, optimizer state zeroed), as the TensorFlow Trainer does;
 * the input: features as NumPy arrays (finetune/feature_files.py writes and reads them; no
-  tf.data), shuffled with the trial seed, repeated, fixed batch shape
-  (data/pretraining_arrays.array_batches);
+  tf.data), shuffled with the trial seed, repeated, fixed batch shape (the task's
+  `host_batches`, data/pretraining_arrays.array_batches);
 * precision: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32 weights); mixed_float16 (loss
   scaling) is TensorFlow-only.
 """
@@ -30,16 +31,6 @@ import numpy as np
 
 from finetune.trainer import (assign_encoder_weights, num_train_steps, reinitialize_head,
                               trials)
-
-
-def set_jax_precision(precision):
-    import keras
-    from training.loop import TrainingError
-    if precision == "mixed_float16":
-        raise TrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only; use bf16 "
-                            "or fp32 on JAX")
-    keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if precision == "bf16" else "float32")
 
 
 def random_encoder_weights(config, seed):
@@ -54,63 +45,38 @@ def random_encoder_weights(config, seed):
     return {name: keras.ops.convert_to_numpy(v) for name, v in model.weight_map().items()}
 
 
-def _model_class():
-    import keras
-
-    class EncoderWithHead(keras.Model):
-        """encoder + task head as one Keras model: what the JAX core's stateless step calls."""
-
-        def __init__(self, encoder, head, forward_fn, **kwargs):
-            super().__init__(**kwargs)
-            self.encoder, self.head, self.forward_fn = encoder, head, forward_fn
-
-        def call(self, batch, step=0, training=False):
-            return self.forward_fn(self.encoder, self.head, batch, training)
-
-    return EncoderWithHead
-
-
 class JaxFinetuner:
     """One encoder config + one GLUE head shape, compiled once; see the module doc."""
 
     def __init__(self, config, task, hp, log=print, head_dropout=0.1):
-        import jax
         import keras
         from finetune.classification_head import ClassificationHead
         from finetune.glue.tasks import get_task
         from finetune.glue_task import glue_model_fns
-        from model import ConvBertModel, optimization
-        from training.jax_core import JaxTrainingCore, PrecompilableStep
+        from finetune.trainer import FinetuneTask
+        from model import ConvBertModel
+        from training.jax_core import JaxTrainingCore, set_precision
         from training.settings import TrainSettings
         if keras.backend.backend() != "jax":
             from training.loop import TrainingError
             raise TrainingError("JaxFinetuner needs KERAS_BACKEND=jax")
         self.hp, self.log = hp, log
         self.spec = get_task(task)
-        set_jax_precision(hp.precision)
+        set_precision(hp.precision)
         self.encoder = ConvBertModel(config)
+        ones = np.ones((1, 8), np.int32)
+        self.encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
         self.head = ClassificationHead(self.spec.num_labels, self.spec.is_regression,
                                        dropout_rate=head_dropout,
                                        initializer_range=config.initializer_range,
                                        name=f"{self.spec.name}_head")
         self.head.build((None, None, config.hidden_size))
         forward, loss = glue_model_fns(self.spec.name)
-        self.model = _model_class()(self.encoder, self.head, forward)
-        t = 8
-        ones = np.ones((1, t), np.int32)
-        self.model({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
         named = dict(self.encoder.weight_map())
         named.update({f"task_specific/{self.spec.name}/{k}": v
                       for k, v in self.head.weight_map().items()})
-        multipliers = None
-        if hp.layerwise_lr_decay and hp.layerwise_lr_decay != 1.0:
-            multipliers = optimization.layerwise_lr_multipliers(
-                list(named), config.num_hidden_layers, hp.layerwise_lr_decay)
-        # A float learning rate: the step is fed each step's rate (one compiled step, any length).
-        self.optimizer = optimization.AdamWeightDecay(
-            float(hp.learning_rate), weight_decay_rate=hp.weight_decay_rate,
-            clip_norm=hp.clip_norm, name_map=named, lr_multipliers=multipliers)
-        self.optimizer.build(self.model.trainable_variables)
+        # The TensorFlow Trainer's task, on the JAX core.
+        self.task = FinetuneTask(self.encoder, self.head, forward, loss, named, self.spec.name)
         self.settings = TrainSettings(
             total_steps=1, batch_size=hp.train_batch_size, learning_rate=hp.learning_rate,
             warmup_proportion=hp.warmup_proportion, weight_decay_rate=hp.weight_decay_rate,
@@ -118,18 +84,14 @@ class JaxFinetuner:
             num_layers=config.num_hidden_layers, precision=hp.precision,
             log_every=max(1, int(hp.log_every_steps)),
             steps_per_loop=max(1, int(hp.steps_per_loop)))
-        self.core = JaxTrainingCore(self.settings, log=log)
-        self.train_step = self.core.make_step(
-            self.model, self.optimizer, lambda outputs, batch: (loss(outputs, batch), {}),
-            host_learning_rate=True)
-        model = self.model
-
-        @jax.jit
-        def predict_step(trainable, non_trainable, batch):
-            outputs, _ = model.stateless_call(trainable, non_trainable, batch, training=False)
-            return outputs["logits"].astype("float32")
-
-        self._predict_step = PrecompilableStep(predict_step, log=log)
+        # A float learning rate: the step is fed each step's rate (one compiled step, any length).
+        self.core = JaxTrainingCore(self.settings, log=log).build(self.task,
+                                                                  host_learning_rate=True)
+        self.optimizer = self.core.optimizer
+        self.train_step = self.core.task_step(host_learning_rate=True)
+        encoder, head = self.encoder, self.head
+        self._predict_step = self.core.predict_step(
+            lambda batch: forward(encoder, head, batch, False)["logits"].astype("float32"))
 
     def precompile_jobs(self, train_features, batch_size, eval_batch_size):
         """[(name, step, example args)] of the train and predict steps for
@@ -137,17 +99,13 @@ class JaxFinetuner:
         from data.pretraining_arrays import array_batches
         inputs = self._train_inputs(train_features)
         batch = next(array_batches(inputs, batch_size))
-        state = tuple([v.value for v in group] for group in (
-            self.model.trainable_variables, self.model.non_trainable_variables,
-            self.optimizer.variables))
+        state = self.core.task_state()
         predict_batch = {k: np.zeros((eval_batch_size, v.shape[1]), np.int32)
                          for k, v in inputs.items() if k != "label_ids"}
-        trainable = [v.value for v in self.model.trainable_variables]
-        non_trainable = [v.value for v in self.model.non_trainable_variables]
         name = f"{self.spec.name}{'' if self.spec.is_regression else ' (classification)'}"
         return [(f"finetune {name}", self.train_step,
                  (state, batch, np.int64(0), np.float32(0.0))),
-                (f"predict {name}", self._predict_step, (trainable, non_trainable, predict_batch))]
+                (f"predict {name}", self._predict_step, (state[0], state[1], predict_batch))]
 
     @staticmethod
     def _train_inputs(features):
@@ -175,16 +133,12 @@ class JaxFinetuner:
         keras.utils.set_random_seed(seed)
         assign_encoder_weights(self.encoder, encoder_weights)
         reinitialize_head(self.head)
-        for variable in self.optimizer.variables:
-            if variable.name != "learning_rate":
-                variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        self.core.reset()
 
     def train(self, features, hp=None, seed=0, label=""):
         """hp's epochs (capped by max_train_steps) on `features` (hp: this task's, default the
         constructor's; its COMPILED_HPARAMS must match); {steps, final_loss, seconds}."""
         import dataclasses
-        from data.pretraining_arrays import array_batches
-        from model import optimization
         hp = hp or self.hp
         inputs = self._train_inputs(features)
         steps = num_train_steps(len(inputs["input_ids"]), hp.train_batch_size,
@@ -193,19 +147,15 @@ class JaxFinetuner:
                                        batch_size=hp.train_batch_size,
                                        learning_rate=hp.learning_rate,
                                        warmup_proportion=hp.warmup_proportion)
-        self.core.settings, self.core.label = settings, label
-        schedule = optimization.linear_warmup_linear_decay(
-            hp.learning_rate, settings.warmup(steps), steps)
+        self.core.set_settings(settings)
+        self.task.features, self.task.batch_size, self.task.seed = \
+            inputs, hp.train_batch_size, seed
+        self.task.label = label
         self.log(f"{label}: training {steps} steps (batch {hp.train_batch_size}, peak lr "
                  f"{hp.learning_rate:g}, warm-up {settings.warmup(steps)} steps, layer-wise "
                  f"decay {hp.layerwise_lr_decay}; JAX)")
         started = time.time()
-        summary = self.core.fit(
-            self.model, self.optimizer, schedule, None,
-            lambda skip: array_batches(inputs, hp.train_batch_size, seed=seed,
-                                       skip_batches=skip),
-            summarize=lambda sums, n: {"loss": float(sums["loss"]) / max(n, 1)},
-            describe=lambda record: f"loss {record['loss']:.4f}", train_step=self.train_step)
+        summary = self.core.fit_task(train_step=self.train_step)
         final = summary["final"] or {}
         return {"steps": steps, "final_loss": final.get("loss", float("nan")),
                 "seconds": time.time() - started, "history": summary["history"]}
@@ -221,9 +171,8 @@ class JaxFinetuner:
         if pad:
             inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                       for k, v in inputs.items()}
-        trainable = [v.value for v in self.model.trainable_variables]
-        non_trainable = [v.value for v in self.model.non_trainable_variables]
-        out = [self._predict_step(trainable, non_trainable,
+        trainable, state, _ = self.core.task_state()
+        out = [self._predict_step(trainable, state,
                                   {k: v[i:i + batch_size] for k, v in inputs.items()})
                for i in range(0, len(inputs["input_ids"]), batch_size)]
         return np.concatenate([np.asarray(o) for o in out])[:n]
@@ -247,31 +196,40 @@ class Finetuners:
 
 
 def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, finetuners=None,
-                  log=print):
-    """`hp.num_trials` trials of `task` from features: train on `train` (arrays), write each dev
-    set's predictions and metrics (and the trials summary) under `<model_dir>/results/` exactly as
-    the TensorFlow run names them; returns {eval key: [metrics per trial]}.
+                  log=print, predicts=(), submission=None):
+    """`hp.num_trials` trials of `task` from features: train on `train` (arrays; None: no
+    training), write each dev set's predictions and metrics (and the trials summary) under
+    `<model_dir>/results/` exactly as the TensorFlow run names them (the writers of
+    finetune/glue_task.py); returns {eval key: [metrics per trial]}.
 
-    `evals`: [(result key, arrays, guids)]; `encoder_weights`: {official name: array}."""
-    from finetune.glue import leaderboard
-    from finetune.glue_task import to_predictions
+    `evals`: [(result key, arrays, guids)]; `encoder_weights`: {official name: array}.
+    `predicts`: [(submission stem, arrays, guids)] of test sets: the predictions of the trial
+    with the best dev score go into `submission` ({stem: (ids, predictions)}), as on TensorFlow.
+    With hp.save_finetuned_model each trial's encoder + head goes to
+    `<model_dir>/finetuned/<task>[_trial<k>]`."""
+    import os
+    from finetune.glue_task import (choose_test_predictions, save_finetuned_model,
+                                    to_predictions, write_dev_results, write_trials_summaries)
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)
     results = {key: [] for key, _, _ in evals}
+    test_predictions = []
     for trial in trials(hp, task, model_dir):
         finetuner.start(encoder_weights, trial.seed)
-        finetuner.train(train, hp, seed=trial.seed, label=trial.label)
+        if train is not None:
+            finetuner.train(train, hp, seed=trial.seed, label=trial.label)
         for key, arrays, guids in evals:
-            preds = to_predictions(task, finetuner.predict(arrays, hp.eval_batch_size))
-            metrics = leaderboard.write_dev_predictions(
-                model_dir, key, guids, preds, arrays["label_ids"],
-                trial=trial.record_number(hp.num_trials))
-            results[key].append(metrics)
-            log(f"{trial.label}: dev {key} " + ", ".join(f"{k} {v:.2f}"
-                                                        for k, v in metrics.items())
-                + f" ({len(guids)} examples)")
-    if hp.num_trials > 1:
-        for key, metrics_list in results.items():
-            summary = leaderboard.write_trials_summary(model_dir, key, metrics_list)
-            log(leaderboard.format_summary(key, summary))
+            logits = finetuner.predict(arrays, hp.eval_batch_size)
+            results[key].append(write_dev_results(task, key, guids, logits, arrays["label_ids"],
+                                                  model_dir, hp, trial, log=log))
+        if predicts:   # the eval batch size: the compiled predict step serves both
+            test_predictions.append([
+                (stem, guids, to_predictions(task, finetuner.predict(arrays, hp.eval_batch_size)))
+                for stem, arrays, guids in predicts])
+        if hp.save_finetuned_model:
+            save_finetuned_model(finetuner.encoder, finetuner.head, task,
+                                 os.path.join(model_dir, "finetuned", task + trial.suffix))
+    write_trials_summaries(model_dir, hp, results, log=log)
+    if submission is not None:
+        choose_test_predictions(task, hp, results, test_predictions, submission, log=log)
     return results

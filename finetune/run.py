@@ -1,10 +1,18 @@
 """One fine-tuning run over several tasks: what run_finetuning.py calls once its flags are read.
 
     run_tasks(tasks, base_hp, model_dir, data_dir=..., init_checkpoint=..., vocab_file=...)
+    run_tasks(tasks, base_hp, model_dir, features_dir=...)   # tokenized GLUE features
 
 Every input file of every task is read and checked before any model is built (a bad row stops
 the run with the file and line before minutes of training); then each task trains its trials
 (finetune/glue_task.py, finetune/squad_task.py) from the same encoder source.
+
+With `features_dir` (`python -m finetune.features` output, finetune/feature_files.py) the GLUE
+tasks read their train / dev / test arrays from there, checked against the run (vocabulary sha256,
+max_seq_length, casing, and for training double_unordered and max_train_examples), and nothing is
+tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
+trains with finetune/jax_trainer.py and never imports TensorFlow; the TensorFlow backend takes
+it too. Both write the same results files.
 """
 from __future__ import annotations
 
@@ -13,6 +21,21 @@ import json
 from model import fileio
 from finetune.console import UsageError, say, warn
 from finetune.hparams import QA_TASKS
+
+
+def keras_backend(features_dir=None):
+    """The Keras backend of this run ("tensorflow" or "jax"); a UsageError where it cannot run
+    (JAX without feature files, or another backend)."""
+    import keras
+    backend = keras.backend.backend()
+    if backend == "jax" and not features_dir:
+        raise UsageError("run_finetuning.py needs the TensorFlow Keras backend (tf.data + "
+                         "tf.function) to read --data_dir; on KERAS_BACKEND='jax' give "
+                         "--features_dir (GLUE features made with python -m finetune.features)")
+    if backend not in ("tensorflow", "jax"):
+        raise UsageError(f"run_finetuning.py needs the TensorFlow Keras backend (or JAX with "
+                         f"--features_dir); KERAS_BACKEND is {backend!r}")
+    return backend
 
 
 def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train, do_eval,
@@ -31,31 +54,86 @@ def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
     return task_data
 
 
+def load_feature_sets(tasks, base_hp, features_dir, vocab_file, do_train, do_eval, do_predict):
+    """(manifest, {task: GlueSets}) from `features_dir`, every file read and checked against
+    the run before any model is built: FeatureFileError naming the manifest for features made
+    with another vocabulary (`vocab_file`'s sha256, when there is one), max_seq_length or casing,
+    for training also double_unordered / max_train_examples, and for a split it lacks."""
+    from finetune import feature_files
+    from finetune.glue.tasks import get_task
+    from finetune.glue_task import read_glue_features
+    qa = [t for t in tasks if t in QA_TASKS]
+    if qa:
+        raise UsageError(f"--task_names {','.join(qa)}: SQuAD from --features_dir (and so on "
+                         f"JAX) is not supported yet; feature files hold GLUE tasks only")
+    manifest = feature_files.read_manifest(features_dir)
+    where = feature_files.manifest_path(features_dir)
+    vocab_sha = feature_files.vocab_sha256(vocab_file) if vocab_file else None
+    task_sets = {}
+    for task in tasks:
+        hp = base_hp.for_task(task)
+        check = {}
+        if do_train:
+            check["max_train_examples"] = hp.max_train_examples
+            if get_task(task).unordered_pair:
+                check["double_unordered"] = hp.double_unordered
+        feature_files.check_compatible(manifest, where, vocab_sha, hp.max_seq_length,
+                                       hp.do_lower_case, **check)
+        task_sets[task] = read_glue_features(features_dir, manifest, task, hp, do_train,
+                                             do_eval, do_predict)
+    return manifest, task_sets
+
+
+def features_vocab_file(vocab_file, sp_model, init_checkpoint):
+    """The vocabulary the features are checked against: --vocab_file, else the vocab.txt next
+    to the checkpoint, else None (not checked: the features carry their token ids)."""
+    from finetune.encoder_source import find_vocab_file
+    if sp_model:
+        raise UsageError("--sp_model with --features_dir: feature files are made from a "
+                         "WordPiece --vocab_file (python -m finetune.features)")
+    if vocab_file or init_checkpoint:
+        try:
+            return find_vocab_file(vocab_file, init_checkpoint)
+        except UsageError:
+            if vocab_file:
+                raise
+    return None
+
+
 def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vocab_file=None,
               sp_model=None, do_train=True, do_eval=True, do_predict=False, train_file=None,
-              predict_file=None):
+              predict_file=None, features_dir=None):
     from finetune import glue_task, squad_task
     from finetune.encoder_source import EncoderSource, find_vocab_file
-    if sp_model is None:
-        vocab_file = find_vocab_file(vocab_file, init_checkpoint)
-    task_data = load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
-                               do_eval, do_predict)
+    backend = keras_backend(features_dir)
+    tokenizer = task_data = task_sets = None
+    if features_dir:
+        vocab_file = features_vocab_file(vocab_file, sp_model, init_checkpoint)
+        manifest, task_sets = load_feature_sets(tasks, base_hp, features_dir, vocab_file,
+                                                do_train, do_eval, do_predict)
+        vocab_size, vocab_name = manifest["vocab_size"], fileio.join(features_dir,
+                                                                     "manifest.json")
+    else:
+        if sp_model is None:
+            vocab_file = find_vocab_file(vocab_file, init_checkpoint)
+        task_data = load_task_data(tasks, base_hp, data_dir, train_file, predict_file,
+                                   do_train, do_eval, do_predict)
+        from data.tokenization import load_tokenizer
+        tokenizer = load_tokenizer(vocab_file, sp_model, do_lower_case=base_hp.do_lower_case)
+        vocab_size, vocab_name = tokenizer.vocab_size, sp_model or vocab_file
 
-    import keras
-    if keras.backend.backend() != "tensorflow":
-        raise UsageError(f"run_finetuning.py needs the TensorFlow Keras backend (tf.data + "
-                         f"tf.function); KERAS_BACKEND is {keras.backend.backend()!r}")
-    from data.tokenization import load_tokenizer
-    tokenizer = load_tokenizer(vocab_file, sp_model, do_lower_case=base_hp.do_lower_case)
-    source = EncoderSource(init_checkpoint, base_hp)
+    if backend == "jax":
+        from training.jax_core import set_precision
+        set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
+    source = EncoderSource(init_checkpoint, base_hp, tf1=backend == "tensorflow")
     if source.tensors is None:
         warn("no --init_checkpoint: fine-tuning from RANDOM weights (model_size "
              f"{base_hp.model_size}); results only check that the pipeline runs")
     else:
         say(f"encoder: {source.format} checkpoint {init_checkpoint} "
             f"({source.config.num_hidden_layers} layers, hidden {source.config.hidden_size})")
-    if tokenizer.vocab_size > source.config.vocab_size:
-        raise UsageError(f"{sp_model or vocab_file}: {tokenizer.vocab_size} tokens but the model "
+    if vocab_size > source.config.vocab_size:
+        raise UsageError(f"{vocab_name}: {vocab_size} tokens but the model "
                          f"has only {source.config.vocab_size} word embeddings")
 
     from finetune.encoder_source import check_sequence_length
@@ -65,21 +143,49 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
             check_sequence_length(source, hp.max_seq_length, task)
 
     fileio.makedirs(fileio.join(model_dir, "results"))
-    fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"), json.dumps(
-        {"hparams": base_hp.to_dict(), "tasks": tasks, "init_checkpoint": init_checkpoint,
-         "vocab_file": vocab_file, "sp_model": sp_model,
-         "model_config": source.config.to_dict()}, indent=2, sort_keys=True))
+    record = {"hparams": base_hp.to_dict(), "tasks": tasks, "init_checkpoint": init_checkpoint,
+              "vocab_file": vocab_file, "sp_model": sp_model,
+              "model_config": source.config.to_dict()}
+    if features_dir:
+        record.update(features_dir=features_dir, backend=backend)
+    fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"),
+                        json.dumps(record, indent=2, sort_keys=True))
 
     submission = {}
-    for task in tasks:
-        hp = base_hp.for_task(task)
-        if task in QA_TASKS:
-            squad_task.run_squad_task(task, hp, task_data[task], source, tokenizer, model_dir,
-                                      printer=say)
-        else:
-            glue_task.run_glue_task(task, hp, task_data[task], source, tokenizer, model_dir,
-                                    submission)
-    if submission:
+    if backend == "jax":
+        run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission)
+    else:
+        for task in tasks:
+            hp = base_hp.for_task(task)
+            if task in QA_TASKS:
+                squad_task.run_squad_task(task, hp, task_data[task], source, tokenizer,
+                                          model_dir, printer=say)
+                continue
+            sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
+                task_data[task], tokenizer, hp)
+            glue_task.run_glue_task(task, hp, sets, source, model_dir, submission)
+    if submission:   # without --data_dir (features only) the files are not checked
         glue_task.write_glue_submission(submission, model_dir, data_dir)
     if len([t for t in tasks if t not in QA_TASKS]) > 1 and do_eval:
         say(glue_task.glue_table(model_dir))
+
+
+def run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission):
+    """The GLUE tasks on Keras-on-JAX (finetune/jax_trainer.py): compiled steps shared between
+    tasks of the same head shape, every trial starting from the checkpoint's weights (or one
+    random initialisation, drawn from hp.seed as the TensorFlow run's first trial draws it)."""
+    from finetune.encoder_source import check_sequence_length
+    from finetune.glue_task import describe_training_set
+    from finetune.jax_trainer import Finetuners, random_encoder_weights, run_glue_task
+    weights = source.tensors
+    if weights is None:
+        weights = random_encoder_weights(source.config, base_hp.seed)
+    finetuners = Finetuners(log=say)
+    for task in tasks:
+        hp = base_hp.for_task(task)
+        check_sequence_length(source, hp.max_seq_length, task)
+        sets = task_sets[task]
+        if sets.train is not None:
+            say(describe_training_set(task, hp, sets.train))
+        run_glue_task(task, hp, source.config, weights, sets.train, sets.evals, model_dir,
+                      finetuners, log=say, predicts=sets.predicts, submission=submission)

@@ -112,7 +112,12 @@ def train_trials(hp, task: str, model_dir: str, source, make_head: Callable,
 
 
 class FinetuneTask(Task):
-    """An encoder + head trained on numpy features by the training core."""
+    """An encoder + head trained on NumPy features by either training core: TensorFlow's
+    (`Trainer` below) or JAX's (finetune/jax_trainer.py). `forward_fn` and `loss_fn` are
+    keras.ops only; the input is `dataset` (tf.data) on TensorFlow and `host_batches`
+    (data/pretraining_arrays.array_batches) on JAX, both the features shuffled with the trial
+    seed, repeated, in batches of a fixed shape. Set `features`, `batch_size` and `seed` before
+    each training run."""
     scalar_prefix = "train/"
 
     def __init__(self, encoder, head, forward_fn, loss_fn, named_variables, label):
@@ -121,13 +126,19 @@ class FinetuneTask(Task):
         self._named = dict(named_variables)
         self.label = label
         self.features, self.batch_size, self.seed = None, None, 0
+        self.model = None
 
     def build(self):
-        import tensorflow as tf
-        return tf.train.Checkpoint(encoder=self.encoder, head=self.head)
+        if self.model is None:
+            self.model = encoder_with_head(self.encoder, self.head, self.forward_fn)
+        return self.model
 
     def named_variables(self):
         return self._named
+
+    def state_variables(self):
+        # Dropout's RNG state (Keras seed generators) and any other non-trainable variable.
+        return [v for v in self.build().variables if not v.trainable]
 
     def dataset(self, skip_batches):
         import tensorflow as tf
@@ -137,8 +148,30 @@ class FinetuneTask(Task):
         ds = ds.shuffle(min(n, 100_000), seed=self.seed, reshuffle_each_iteration=True).repeat()
         return ds.batch(self.batch_size, drop_remainder=True).skip(skip_batches).prefetch(2)
 
+    def host_batches(self, skip_batches):
+        from data.pretraining_arrays import array_batches
+        arrays = {k: np.asarray(v) for k, v in self.features.items()
+                  if np.asarray(v).dtype.kind in "biuf"}
+        return array_batches(arrays, self.batch_size, seed=self.seed, skip_batches=skip_batches)
+
     def compute(self, batch, step, denominators):
         return self.loss_fn(self.forward_fn(self.encoder, self.head, batch, True), batch), {}
+
+
+def encoder_with_head(encoder, head, forward_fn):
+    """encoder + task head as one Keras model: what TensorFlow's checkpoint tracks and what
+    `call`s `forward_fn(encoder, head, batch, training)`."""
+    import keras
+
+    class EncoderWithHead(keras.Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.encoder, self.head = encoder, head
+
+        def call(self, batch, training=False):
+            return forward_fn(self.encoder, self.head, batch, training)
+
+    return EncoderWithHead(name=f"{head.name}_model")
 
 
 class Trainer:

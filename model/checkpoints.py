@@ -203,8 +203,11 @@ def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):
         type_vocab_size=int(get("embeddings/token_type_embeddings")[0]))
 
 
-def resolve_checkpoint(path, config=None):
-    """-> (format, config, {TF1 name: array}) for any supported checkpoint path."""
+def resolve_checkpoint(path, config=None, tf1=True):
+    """-> (format, config, {TF1 name: array}) for any supported checkpoint path.
+
+    tf1=False: a TF1 checkpoint is a CheckpointError (convert it first) instead of being read
+    with TensorFlow (a process without TensorFlow: the Keras-on-JAX paths)."""
     if path.endswith(".bin") or path.endswith(".pt") or path.endswith(".pth"):
         _reject_pickle(path)
     if not fileio.exists(path) and not _is_tf1(path):
@@ -215,7 +218,7 @@ def resolve_checkpoint(path, config=None):
         # A pre-training model_dir keeps its exported discriminator one level down.
         for sub in ("discriminator", "export/discriminator"):
             if fileio.exists(os.path.join(path, sub, NATIVE_CONFIG)):
-                return resolve_checkpoint(os.path.join(path, sub), config)
+                return resolve_checkpoint(os.path.join(path, sub), config, tf1)
     native_config = os.path.join(path, NATIVE_CONFIG) if is_dir else None
     if native_config and fileio.exists(native_config) and not _is_tf1(path):
         return "keras", config or ConvBertConfig.from_json(native_config), _read_safetensors(path)
@@ -231,6 +234,10 @@ def resolve_checkpoint(path, config=None):
         config = config or saved
         return "hf", config, _hf_to_tf1_names(_read_safetensors(path), config)
     if _is_tf1(path):
+        if not tf1:
+            raise CheckpointError(
+                f"{path}: an official TF1 checkpoint needs TensorFlow to read; convert it first "
+                f"(python scripts/convert_checkpoint.py --input {path} --output DIR --format keras)")
         variables = read_tf1_checkpoint(path)
         if config is None and native_config and fileio.exists(native_config):
             config = ConvBertConfig.from_json(native_config)  # written by save_pretrained("tf1")

@@ -8,7 +8,9 @@ their example ids (the masking and sampling RNG is a function of them, so a resu
 exactly as an uninterrupted one), the global loss denominators, the metrics of a log window
 (generator accuracy, discriminator accuracy and AUC), the sequence-length phases of the paper's
 appendix 6.2, and the exports. The loop, optimizer, checkpoints, progress and summary are the
-core's (training/core.py).
+core's: TensorFlow's (training/core.py, `pretrain` below) or JAX's (training/jax_core.py,
+pretrain/jax_trainer.py), which run this same task; its step is keras.ops only, and its input
+is `dataset` (tf.data) on TensorFlow, `host_batches` (data/tfrecord_io.py, NumPy) on JAX.
 
 Layout of <model_dir>: hparams.json, checkpoints/ckpt-<step>, train/ (TensorBoard),
 discriminator/ and generator/ (native Keras exports, replaced atomically at every save, so
@@ -20,14 +22,14 @@ import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from model import fileio
 from pretrain.hparams import HParamsError, model_config
 from pretrain import window
 from pretrain.window import AUC_BINS
 from pretrain.hparams import train_settings
-from training import Task, TrainingCore, TrainingError
+from training.loop import TrainingError
+from training.task import Task
 
 SUMMARY_FILE = "pretraining_summary.json"
 HPARAMS_FILE = "hparams.json"
@@ -35,6 +37,31 @@ HPARAMS_FILE = "hparams.json"
 # `ConvBertModel.from_pretrained(model_dir)` finds the exported `discriminator/`.
 CHECKPOINT_DIR = "checkpoints"
 POSITION_TABLE = "electra/embeddings/position_embeddings"
+
+
+def window_metrics(batch, out):
+    """The metric sums of one pre-training batch (summed over a log window by the core) from
+    the pretrainer's outputs: what pretrain/window.py summarizes."""
+    from keras import ops
+    token_mask = ops.cast(batch["input_mask"], "float32")
+    probs = ops.cast(out["disc_probs"], "float32")
+    labels = ops.cast(out["disc_labels"], "float32")
+    # Histograms of discriminator scores of replaced / original tokens: the AUC of a window
+    # (summed over replicas and steps) without keeping every score.
+    bins = ops.reshape(ops.clip(ops.cast(probs * AUC_BINS, "int32"), 0, AUC_BINS - 1), [-1])
+    pos = ops.segment_sum(ops.reshape(labels * token_mask, [-1]), bins, AUC_BINS)
+    neg = ops.segment_sum(ops.reshape((1.0 - labels) * token_mask, [-1]), bins, AUC_BINS)
+    w_gen = ops.cast(out["gen_weight_sum"], "float32")
+    w_disc = ops.cast(out["disc_weight_sum"], "float32")
+    return {
+        "gen_loss": ops.cast(out["gen_loss_sum"], "float32"),
+        "gen_accuracy": ops.cast(out["gen_accuracy"], "float32") * w_gen,
+        "gen_weight": w_gen,
+        "disc_loss": ops.cast(out["disc_loss_sum"], "float32"),
+        "disc_accuracy": ops.cast(out["disc_accuracy"], "float32") * w_disc,
+        "disc_weight": w_disc,
+        "auc_pos": pos, "auc_neg": neg,
+    }
 
 
 class PretrainingTask(Task):
@@ -52,6 +79,7 @@ class PretrainingTask(Task):
         from pretrain.generator_config import generator_config
         self.gen_config = generator_config(self.disc_config, hp.generator_hidden_size,
                                            hp.generator_layers)
+        self.seq_length = None    # TensorFlow's checkpoint only (extra_state)
 
     # ------------------------------------------------------------------ models and state
     def build(self):
@@ -65,13 +93,9 @@ class PretrainingTask(Task):
             gen_weight=hp.gen_weight, disc_weight=hp.disc_weight, temperature=hp.temperature,
             disallow_correct=hp.disallow_correct, seed=hp.seed, **self.special_ids)
         if not self.pretrainer.built or not self.pretrainer.trainable_variables:
-            t = hp.max_seq_length
-            ones = tf.ones([1, t], tf.int32)
+            ones = np.ones([1, hp.max_seq_length], np.int32)
             self.pretrainer({"input_ids": ones * 5, "input_mask": ones, "segment_ids": ones * 0,
-                             "example_id": tf.zeros([1], tf.int64)},
-                            step=tf.constant(0, tf.int64), training=False)
-        self.seq_length = tf.Variable(hp.max_seq_length, dtype=tf.int64, trainable=False,
-                                      name="seq_length")
+                             "example_id": np.zeros([1], np.int64)}, step=0, training=False)
         return self.pretrainer
 
     def named_variables(self):
@@ -80,16 +104,24 @@ class PretrainingTask(Task):
         names = {id(v): n for n, v in self.pretrainer.weight_map().items()}
         return {names.get(id(v), v.path): v for v in self.pretrainer.trainable_variables}
 
-    def extra_state(self):
+    def state_variables(self):
         # The masking / sampling / dropout RNG state: a resumed run draws what an uninterrupted
         # one would.
-        rng_state = [v.value if hasattr(v, "value") else v for v in self.pretrainer.variables
-                     if not v.trainable]
+        return [v for v in self.pretrainer.variables if not v.trainable]
+
+    def extra_state(self):
+        import tensorflow as tf
+        if self.seq_length is None:
+            self.seq_length = tf.Variable(self.hp.max_seq_length, dtype=tf.int64,
+                                          trainable=False, name="seq_length")
+        rng_state = [v.value if hasattr(v, "value") else v for v in self.state_variables()]
         return {"seq_length": self.seq_length, "model_state": rng_state}
 
     def start_phase(self, log):
         """After a restore with another max_seq_length: a new data phase (paper app. 6.2).
-        Returns True when the examples counter must restart (another data stream)."""
+        Returns True when the examples counter must restart (another data stream).
+        TensorFlow's checkpoint keeps the length (extra_state)."""
+        import keras
         old = int(self.seq_length.numpy())
         new = self.hp.max_seq_length
         if old == new:
@@ -98,7 +130,7 @@ class PretrainingTask(Task):
             table = self.pretrainer.weight_map().get(POSITION_TABLE)
             if table is None:
                 raise TrainingError(f"cannot find {POSITION_TABLE} to extend")
-            value = np.asarray(table.numpy())
+            value = np.array(keras.ops.convert_to_numpy(table.value))
             reps = -(-new // old)
             value[old:new] = np.tile(value[:old], (reps, 1))[:new - old]
             table.assign(value)
@@ -113,6 +145,7 @@ class PretrainingTask(Task):
     def dataset(self, skip_batches):
         """Global batches of the TFRecord shards, with `example_id` = the example's position in
         the run's stream (the masking and sampling RNG key)."""
+        import tensorflow as tf
         from data.pretraining_input import pretraining_dataset
         hp = self.hp
         batch = hp.train_batch_size
@@ -124,6 +157,16 @@ class PretrainingTask(Task):
             return {**features, "example_id": index * batch + tf.range(batch, dtype=tf.int64)}
 
         return ds.enumerate(start=skip_batches).map(add_ids)
+
+    def host_batches(self, skip_batches):
+        """The JAX core's input: global batches of the same shards read without TensorFlow
+        (data/tfrecord_io.py; its own shuffle, so not the tf.data stream's order), with the same
+        `example_id` key."""
+        from data.tfrecord_io import pretraining_batches
+        hp = self.hp
+        return pretraining_batches(self.train_files, hp.train_batch_size, hp.max_seq_length,
+                                   seed=hp.seed, shuffle_buffer=hp.shuffle_buffer,
+                                   skip_batches=skip_batches)
 
     # ------------------------------------------------------------------ one batch
     def loss_denominators(self, batch):
@@ -141,29 +184,7 @@ class PretrainingTask(Task):
                                disc_denominator=denominators["disc"])
 
     def window_metrics(self, batch, out):
-        """The metric sums of one batch (summed over a log window by the core)."""
-        token_mask = tf.cast(batch["input_mask"], tf.float32)
-        probs = tf.cast(out["disc_probs"], tf.float32)
-        labels = tf.cast(out["disc_labels"], tf.float32)
-        # Histograms of discriminator scores of replaced / original tokens: the AUC of a window
-        # (summed over replicas and steps) without keeping every score.
-        bins = tf.reshape(tf.clip_by_value(tf.cast(probs * AUC_BINS, tf.int32), 0, AUC_BINS - 1),
-                          [-1])
-        pos = tf.math.unsorted_segment_sum(tf.reshape(labels * token_mask, [-1]), bins, AUC_BINS)
-        neg = tf.math.unsorted_segment_sum(tf.reshape((1.0 - labels) * token_mask, [-1]), bins,
-                                           AUC_BINS)
-        w_gen = tf.cast(out["gen_weight_sum"], tf.float32)
-        w_disc = tf.cast(out["disc_weight_sum"], tf.float32)
-        metrics = {
-            "gen_loss": out["gen_loss_sum"],
-            "gen_accuracy": tf.cast(out["gen_accuracy"], tf.float32) * w_gen,
-            "gen_weight": w_gen,
-            "disc_loss": out["disc_loss_sum"],
-            "disc_accuracy": tf.cast(out["disc_accuracy"], tf.float32) * w_disc,
-            "disc_weight": w_disc,
-            "auc_pos": pos, "auc_neg": neg,
-        }
-        return metrics
+        return window_metrics(batch, out)
 
     # ------------------------------------------------------------------ a log window
     def summarize(self, sums, num_steps):
@@ -188,6 +209,7 @@ class PretrainingTask(Task):
 def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None, task=None):
     """(task, core) of a pre-training run, built (models, optimizer, checkpoint object). `task`:
     a PretrainingTask (or subclass, e.g. elastic/pretrain.py's) to run instead of the plain one."""
+    from training.core import TrainingCore
     if task is None:
         task = PretrainingTask(hp, train_files, vocab_size, special_ids)
     core = TrainingCore(task, train_settings(hp), strategy, log=log)
@@ -200,6 +222,7 @@ def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, specia
     """Pre-train (or resume) in `model_dir`; returns the run summary (also written to
     <model_dir>/pretraining_summary.json). `task` / `summary_extra`: another PretrainingTask
     (see make_core) and more summary fields."""
+    import tensorflow as tf
     from training import distribution as dist
     started_at = time.time()
     model_dir = os.fspath(model_dir)

@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 from model import fileio
+from pretrain.task import PretrainingTask
 from reproduce.recipes import ELECTRA_ARCHITECTURE, GLUE_TASKS, MODELS
 
 PRETRAINED = ("convbert", "electra")
@@ -111,6 +112,17 @@ def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe):
     steps = max(MIN_PRETRAIN_STEPS, int(0.9 * pretrain_s / pretrain_step_s) // 100 * 100)
     return {"steps": steps, "finetune_step_fraction": round(fraction, 4),
             "pretrain_seconds": round(pretrain_s, 1)}
+
+
+class ArrayPretrainingTask(PretrainingTask):
+    """The pre-training task (pretrain/task.py) reading the bundle's compact arrays
+    (data/pretraining_arrays.py; `arrays` set before training) instead of TFRecord shards."""
+    arrays = None
+
+    def host_batches(self, skip_batches):
+        from data.pretraining_arrays import array_batches
+        return array_batches(self.arrays, self.hp.train_batch_size, seed=self.hp.seed,
+                             skip_batches=skip_batches)
 
 
 class GpuRunError(RuntimeError):
@@ -189,24 +201,24 @@ class GpuRun:
                                             steps // 20))})
 
     def build_models(self, features):
-        """{model: (pretrainer, optimizer, step)} (steps with a host learning rate), the held-out
+        """{model: (pretrainer, core, step)} (the pre-training task built on a JAX core; steps
+        with a host learning rate), the held-out
         scoring functions and the fine-tuning models (one per encoder x head shape)."""
         import keras
         from finetune.jax_trainer import Finetuners
         from pretrain import heldout_eval
-        from pretrain.jax_trainer import build, loss_and_metrics
-        from training.jax_core import JaxTrainingCore
+        from pretrain.jax_trainer import pretraining_core
         keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if self.recipe.pretrain["precision"] == "bf16" else "float32")
         built = {}
         for model in PRETRAINED:
             hp = self.pretrain_hparams(model, 1)
-            pretrainer, optimizer, _ = build(hp, hp.vocab_size, self.bundle["special_ids"],
-                                             host_learning_rate=True)
-            step = JaxTrainingCore(None, log=self.log).make_step(
-                pretrainer, optimizer, loss_and_metrics, host_learning_rate=True)
-            built[model] = (pretrainer, optimizer, step)
-            self.heldout_fns[model] = heldout_eval.jax_fns(pretrainer)
+            task, core = pretraining_core(
+                hp, [], hp.vocab_size, self.bundle["special_ids"], log=self.log,
+                host_learning_rate=True, task=ArrayPretrainingTask(
+                    hp, [], hp.vocab_size, self.bundle["special_ids"]))
+            built[model] = (task.pretrainer, core, core.task_step(host_learning_rate=True))
+            self.heldout_fns[model] = heldout_eval.jax_fns(task.pretrainer)
         self.finetuners = Finetuners(log=self.log)
         configs = self.encoder_configs(built)
         for model in PRETRAINED:            # "random" shares ConvBERT's
@@ -227,10 +239,8 @@ class GpuRun:
         """Every step of the run compiled up front, in parallel (training/jax_core.precompile)."""
         from training.jax_core import precompile
         jobs = []
-        for model, (pretrainer, optimizer, step) in built.items():
-            state = ([v.value for v in pretrainer.trainable_variables],
-                     [v.value for v in pretrainer.non_trainable_variables],
-                     [v.value for v in optimizer.variables])
+        for model, (_, core, step) in built.items():
+            state = core.task_state()
             jobs.append((f"pretrain {model}", step, (state, batch, np.int64(0), np.float32(0))))
             gen_fn, disc_fn = self.heldout_fns[model]
             part = {k: v[:32] for k, v in heldout.items()}
@@ -254,10 +264,7 @@ class GpuRun:
         import jax
         from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
         r = self.recipe
-        states = {model: ([v.value for v in pretrainer.trainable_variables],
-                          [v.value for v in pretrainer.non_trainable_variables],
-                          [v.value for v in optimizer.variables])
-                  for model, (pretrainer, optimizer, _) in built.items()}
+        states = {model: core.task_state() for model, (_, core, _) in built.items()}
         for model, (_, _, step) in built.items():   # one untimed step each (compiled already)
             jax.block_until_ready(step(states[model], batch, np.int64(0), np.float32(0.0)))
         times = {model: [] for model in built}
@@ -309,9 +316,7 @@ class GpuRun:
         seconds = {}
         for model in PRETRAINED:
             finetuner = self.finetuners.get(configs[model], task, hp)
-            state = tuple([v.value for v in group] for group in (
-                finetuner.model.trainable_variables, finetuner.model.non_trainable_variables,
-                finetuner.optimizer.variables))
+            state = finetuner.core.task_state()
             batch = next(array_batches(finetuner._train_inputs(features[task][0]),
                                        hp.train_batch_size))
             jax.block_until_ready(finetuner.train_step(state, batch, np.int64(0), np.float32(0)))
@@ -366,15 +371,12 @@ class GpuRun:
 
     # -------------------------------------------------------------- 3. pre-training
     def pretrain(self, model, built, steps, train_arrays, heldout):
-        from data.pretraining_arrays import array_batches
-        from pretrain import heldout_eval, window
-        from pretrain.jax_trainer import export, loss_and_metrics
+        from pretrain import heldout_eval
         from pretrain.hparams import train_settings
-        from training.jax_core import JaxTrainingCore
         model_dir = os.path.join(self.work, "pretrain", model)
         summary_path = os.path.join(model_dir, "pretraining_summary.json")
         curve_path = os.path.join(model_dir, "heldout_curve.jsonl")
-        pretrainer, optimizer, step = built[model]
+        pretrainer, core, step = built[model]
         if fileio.exists(summary_path):
             summary = json.loads(fileio.read_text(summary_path))
             if summary["global_step"] >= steps:
@@ -392,17 +394,12 @@ class GpuRun:
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
 
-        from model.optimization import linear_warmup_linear_decay
-        schedule = linear_warmup_linear_decay(hp.learning_rate, hp.num_warmup_steps,
-                                              hp.num_train_steps, power=hp.lr_decay_power)
-        core = JaxTrainingCore(train_settings(hp), log=self.log, label=model)
-        summary = core.fit(
-            pretrainer, optimizer, schedule, loss_and_metrics,
-            lambda skip: array_batches(train_arrays, hp.train_batch_size, seed=hp.seed,
-                                       skip_batches=skip),
-            summarize=lambda sums, n: window.summarize(hp, sums), describe=window.describe,
-            checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"),
-            export=lambda: export(pretrainer, model_dir), summary_path=summary_path,
+        core.set_settings(train_settings(hp))
+        core.label = model
+        core.task.arrays = train_arrays
+        summary = core.fit_task(
+            checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"), export_dir=model_dir,
+            summary_path=summary_path,
             summary_extra={"model_name": model, "model_size": hp.model_size},
             train_step=step, after_save=score,
             # A checkpoint (every variable, ~200 MB at small size) at the middle and the end

@@ -97,17 +97,9 @@ class TrainingCore:
 
     def _build_optimizer(self, total_steps):
         import keras
-        from model import optimization
-        s = self.settings
-        self.schedule = optimization.linear_warmup_linear_decay(
-            s.learning_rate, s.warmup(total_steps), total_steps, power=s.lr_decay_power)
-        multipliers = None
-        if s.layerwise_lr_decay and s.layerwise_lr_decay != 1.0:
-            multipliers = optimization.layerwise_lr_multipliers(
-                list(self.named_variables), s.num_layers, s.layerwise_lr_decay)
-        optimizer = optimization.AdamWeightDecay(
-            self.schedule, weight_decay_rate=s.weight_decay_rate, clip_norm=s.clip_norm,
-            name_map=self.named_variables, lr_multipliers=multipliers)
+        from training.settings import build_optimizer
+        optimizer, self.schedule = build_optimizer(self.settings, self.named_variables,
+                                                   total_steps)
         if self.loss_scaled:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         optimizer.build(self.variables)

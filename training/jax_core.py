@@ -1,29 +1,38 @@
 """The training core on Keras-on-JAX, without TensorFlow: what training/core.py is for tf.distribute.
 
-    core = JaxTrainingCore(settings, log=print, label="")      # training/settings.py
-    summary = core.fit(model, optimizer, schedule, loss_and_metrics, batches, ...)
+    core = JaxTrainingCore(settings, log=print).build(task)    # training/task.py, settings.py
+    summary = core.fit_task(checkpoint_dir=..., export_dir=..., summary_path=...)
 
-An objective supplies its built Keras model and optimizer, a `loss_and_metrics(outputs, batch)`
-function and a batch stream; the core owns the rest, as `TrainingCore` does on TensorFlow:
+It runs the same `Task` objects as TensorFlow's core: the task builds its models, names its
+variables and computes its loss and metric sums with keras.ops; the core owns the rest, as
+`TrainingCore` does on TensorFlow:
 
-* the step: `model.stateless_call` + `jax.value_and_grad` + `optimizer.stateless_apply` in one
-  `jax.jit`; RNG and other non-trainable state are threaded through it. With
-  `host_learning_rate=True` the learning rate is an argument of the step (written into the
-  optimizer's `learning_rate` variable) instead of a schedule traced into it, so one compiled step
-  serves any number of steps: fine-tuning reuses it across tasks and trials (`fit(train_step=...)`),
-  and a run can choose its length after timing its first steps;
+* the step: the task's `loss_denominators` + `compute` run inside a `keras.StatelessScope` that
+  swaps every variable for the step's value, under `jax.value_and_grad`, then
+  `optimizer.stateless_apply`, in one `jax.jit`; RNG and other state variables
+  (`task.state_variables()`) are threaded through it. With `host_learning_rate=True` the
+  learning rate is an argument of the step (written into the optimizer's `learning_rate`
+  variable) instead of a schedule traced into it, so one compiled step serves any number of
+  steps: fine-tuning reuses it across tasks and trials (`fit_task(train_step=...)`), and a run
+  can choose its length after timing its first steps;
+* the optimizer: training/settings.py `build_optimizer`, TensorFlow's core's (ELECTRA's AdamW,
+  warm-up / decay, layer-wise LR decay, global-norm clipping);
 * `steps_per_loop` > 1: that many steps are dispatched back to back and their metric sums added
   on the device, with one host sync per call, so the host prepares the next batches while the
   device computes;
 * devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): the global
-  batch is sharded along its batch axis, one SPMD program, the one-device loss;
-* state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl. optimizer and RNG state,
-  the step and examples counters), written atomically through model/fileio.py, keep-N, restored
-  exactly (the caller's batch stream skips the consumed batches);
+  batch is sharded along its batch axis, one SPMD program, the one-device loss (so the task's
+  denominators are the global ones without a collective of its own);
+* state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl.
+  optimizer and RNG state, the step and examples counters), written atomically through
+  model/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
+  batches);
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
-  the objective's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
+  the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
 
-Same `TrainSettings` as TensorFlow's core; not here: TensorBoard, loss scaling.
+`make_step` / `fit` take a Keras model and a `loss_and_metrics(outputs, batch)` function instead
+of a Task (benchmarks and tests of the core itself). Same `TrainSettings` as TensorFlow's core;
+not here: TensorBoard, loss scaling (mixed_float16).
 """
 import os
 import time
@@ -49,6 +58,20 @@ def use_devices(num_devices=None, log=print):
     log(f"JAX: {len(devices)} {devices[0].platform} device(s)"
         + (" (DataParallel)" if len(devices) > 1 else ""))
     return len(devices)
+
+
+def set_precision(precision):
+    """The global Keras dtype policy on JAX: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32
+    weights and optimizer state, no loss scaling needed). mixed_float16 needs loss scaling,
+    which only TensorFlow's core has."""
+    import keras
+    if precision == "mixed_float16":
+        raise TrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only; use bf16 "
+                            "or fp32 on JAX")
+    if precision not in ("fp32", "bf16"):
+        raise TrainingError(f"unknown precision {precision!r}; one of fp32, bf16 on JAX")
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if precision == "bf16" else "float32")
 
 
 def learning_rate_slot(optimizer):
@@ -127,27 +150,152 @@ class JaxTrainingCore:
         self.settings = settings
         self.log = log
         self.label = label
+        self.task = self.optimizer = self.schedule = None
 
-    def _variables(self, model, optimizer):
-        return (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
+    # ------------------------------------------------------------------ a Task
+    def build(self, task, host_learning_rate=False):
+        """Precision, the task's models, its variables and the optimizer (training/settings.py
+        `build_optimizer`; with `host_learning_rate` one that a `task_step(host_learning_rate=
+        True)` feeds each step's rate). Returns self."""
+        from training.settings import build_optimizer
+        set_precision(self.settings.precision)
+        self.task = task
+        self.model = task.build()
+        named = dict(task.named_variables())
+        self.trainable = list(named.values())
+        self.state = list(task.state_variables())
+        self.optimizer, self.schedule = build_optimizer(self.settings, named,
+                                                        host_learning_rate=host_learning_rate)
+        self.optimizer.build(self.trainable)
+        self.num_params = int(sum(np.prod(v.shape) for v in self.trainable))
+        return self
 
-    def _names(self, model, optimizer):
-        return [[f"{group}/{i}/{v.path}" for i, v in enumerate(variables)]
-                for group, variables in zip(self.GROUPS, self._variables(model, optimizer))]
+    def task_variables(self):
+        """(trainable, state, optimizer variables) of the built task: the step's state."""
+        return self.trainable, self.state, self.optimizer.variables
 
+    def task_state(self):
+        """The current values of `task_variables()`: a step's first argument."""
+        return tuple([v.value for v in group] for group in self.task_variables())
+
+    def task_step(self, host_learning_rate=False):
+        """The jitted step of the built task (see `make_step` for its signature)."""
+        import keras
+        task, trainable_vars, state_vars = self.task, self.trainable, self.state
+
+        def forward(trainable, state, batch, step):
+            mapping = list(zip(trainable_vars, trainable)) + list(zip(state_vars, state))
+            with keras.StatelessScope(state_mapping=mapping) as scope:
+                loss, metrics = task.compute(batch, step, task.loss_denominators(batch))
+            new_state = []
+            for variable, value in zip(state_vars, state):
+                current = scope.get_current_value(variable)
+                new_state.append(value if current is None else current)
+            return loss, metrics, new_state
+
+        return self._step(forward, self.optimizer, host_learning_rate)
+
+    def predict_step(self, fn):
+        """A jitted (trainable values, state values, batch) -> fn(batch), run with the built
+        task's variables swapped for those values (inference: nothing is updated); a
+        PrecompilableStep. Its first two arguments are `task_state()[:2]`."""
+        import jax
+        import keras
+        trainable_vars, state_vars = self.trainable, self.state
+
+        @jax.jit
+        def predict(trainable, state, batch):
+            mapping = list(zip(trainable_vars, trainable)) + list(zip(state_vars, state))
+            with keras.StatelessScope(state_mapping=mapping):
+                return fn(batch)
+
+        return PrecompilableStep(predict, log=self.log)
+
+    def set_settings(self, settings):
+        """Other settings for the built task (a run's length, peak learning rate, warm-up, log
+        and save intervals), with the schedule they make. A step with a host learning rate
+        stays valid; what is compiled into it (weight decay, clipping, layer-wise decay,
+        precision) must not change."""
+        from model import optimization
+        s = self.settings = settings
+        self.schedule = optimization.linear_warmup_linear_decay(
+            s.learning_rate, s.warmup(s.total_steps), s.total_steps, power=s.lr_decay_power)
+
+    def reset(self):
+        """Optimizer state (Adam moments, iterations) back to zero on the same variables, so the
+        compiled step is reused (fine-tuning trials)."""
+        for variable in self.optimizer.variables:
+            if variable.name != "learning_rate":
+                variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+
+    def fit_task(self, checkpoint_dir=None, export_dir=None, summary_path=None,
+                 summary_extra=None, started_at=None, train_step=None, after_save=None,
+                 checkpoint_every=None):
+        """Train the built task from the newest checkpoint of `checkpoint_dir` (or step 0) to
+        settings.total_steps; `task.export(export_dir)` at the end. train_step: a
+        `task_step()` to reuse (one is compiled otherwise); after_save / checkpoint_every: as
+        in `fit`."""
+        task = self.task
+        export = None if export_dir is None else (lambda: task.export(export_dir))
+        return self._fit(self.task_variables(), self.schedule, task.host_batches,
+                         task.summarize, task.describe,
+                         train_step or self.task_step(), checkpoint_dir=checkpoint_dir,
+                         export=export, summary_path=summary_path,
+                         summary_extra=summary_extra, started_at=started_at,
+                         after_save=after_save, checkpoint_every=checkpoint_every,
+                         label=task.label or self.label)
+
+    # ------------------------------------------------------------------ a model + loss function
     def make_step(self, model, optimizer, loss_and_metrics, host_learning_rate=False):
         """The jitted step: (state, batch, step) -> (state, metric sums incl. loss, grad_norm);
         with `host_learning_rate`, (state, batch, step, learning_rate) -> the same (the optimizer
-        must have been built with a float learning rate: see `learning_rate_slot`)."""
+        must have been built with a float learning rate: see `learning_rate_slot`). state =
+        (trainable, non-trainable, optimizer variable values)."""
+
+        def forward(trainable, non_trainable, batch, step):
+            outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch,
+                                                          step=step, training=True)
+            loss, metrics = loss_and_metrics(outputs, batch)
+            return loss, metrics, non_trainable
+
+        return self._step(forward, optimizer, host_learning_rate)
+
+    def fit(self, model, optimizer, schedule, loss_and_metrics, make_batches, summarize,
+            describe, checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
+            started_at=None, train_step=None, after_save=None, checkpoint_every=None):
+        """Train `model` from the newest checkpoint of `checkpoint_dir` (or step 0) to
+        total_steps.
+
+        make_batches(skip_batches) -> iterator of global batches; summarize(sums, num_steps) ->
+        the window record; describe(record) -> the progress line's objective part; export() is
+        called at the end with the trained values assigned back to the variables.
+        train_step: a step of `make_step` to reuse (a fresh one is compiled otherwise); one made
+        with `host_learning_rate` is fed `schedule(step)` each step. after_save(step): called at
+        every save point (every `save_every` steps and at the end, with or without a
+        `checkpoint_dir`) with the current values assigned to the variables (held-out curves).
+        checkpoint_every: write the checkpoint only at save points that are a multiple of it
+        (and at the end); after_save still sees every save point."""
+        variables = (model.trainable_variables, model.non_trainable_variables,
+                     optimizer.variables)
+        return self._fit(variables, schedule, make_batches, summarize, describe,
+                         train_step or self.make_step(model, optimizer, loss_and_metrics),
+                         checkpoint_dir=checkpoint_dir, export=export,
+                         summary_path=summary_path, summary_extra=summary_extra,
+                         started_at=started_at, after_save=after_save,
+                         checkpoint_every=checkpoint_every, label=self.label)
+
+    # ------------------------------------------------------------------ shared
+    def _step(self, forward, optimizer, host_learning_rate):
+        """jit(forward + backward + AdamW); forward(trainable, non_trainable, batch, step) ->
+        (loss, metric sums, new non_trainable values)."""
         import jax
         import jax.numpy as jnp
         lr_slot = learning_rate_slot(optimizer) if host_learning_rate else None
 
         def loss_fn(trainable, non_trainable, batch, step):
-            outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch,
-                                                          step=step, training=True)
-            loss, metrics = loss_and_metrics(outputs, batch)
+            loss, metrics, non_trainable = forward(trainable, non_trainable, batch, step)
             loss = loss.astype(jnp.float32)
+            metrics = {k: jnp.asarray(v).astype(jnp.float32) for k, v in metrics.items()}
             return loss, ({**metrics, "loss": loss}, non_trainable)
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -170,26 +318,15 @@ class JaxTrainingCore:
             return train_step
         return PrecompilableStep(train_step, log=self.log, host_learning_rate=True)
 
-    def fit(self, model, optimizer, schedule, loss_and_metrics, make_batches, summarize,
-            describe, checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
-            started_at=None, train_step=None, after_save=None, checkpoint_every=None):
-        """Train from the newest checkpoint of `checkpoint_dir` (or step 0) to total_steps.
-
-        make_batches(skip_batches) -> iterator of global batches; summarize(sums, num_steps) ->
-        the window record; describe(record) -> the progress line's objective part; export() is
-        called at the end with the trained values assigned back to the variables.
-        train_step: a step of `make_step` to reuse (a fresh one is compiled otherwise); one made
-        with `host_learning_rate` is fed `schedule(step)` each step. after_save(step): called at
-        every save point (every `save_every` steps and at the end, with or without a
-        `checkpoint_dir`) with the current values assigned to the variables (held-out curves).
-        checkpoint_every: write the checkpoint only at save points that are a multiple of it
-        (and at the end); after_save still sees every save point."""
+    def _fit(self, variables, schedule, make_batches, summarize, describe, train_step,
+             checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
+             started_at=None, after_save=None, checkpoint_every=None, label=""):
         import jax
         import jax.numpy as jnp
         s = self.settings
         started_at = time.time() if started_at is None else started_at
-        variables = self._variables(model, optimizer)
-        names = self._names(model, optimizer)
+        names = [[f"{group}/{i}/{v.path}" for i, v in enumerate(group_vars)]
+                 for group, group_vars in zip(self.GROUPS, variables)]
         state = tuple([v.value for v in group] for group in variables)
         step = examples = 0
         last_saved = None
@@ -200,8 +337,6 @@ class JaxTrainingCore:
                 state = tuple([values[n] for n in group_names] for group_names in names)
                 self.log(f"resumed from {last_saved} at step {step}")
         batches = make_batches(examples // s.batch_size)
-        if train_step is None:
-            train_step = self.make_step(model, optimizer, loss_and_metrics)
         host_lr = getattr(train_step, "host_learning_rate", False)
         add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
 
@@ -237,7 +372,7 @@ class JaxTrainingCore:
         saving = checkpoint_dir is not None or after_save is not None
         result = run_loop(s, start_step, run_steps, summarize=summarize, describe=describe,
                           schedule=schedule, save=save if saving else None,
-                          last_saved=last_saved, log=self.log, label=self.label)
+                          last_saved=last_saved, log=self.log, label=label)
         self._assign(variables, state)
         if export is not None:
             export()

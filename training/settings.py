@@ -27,3 +27,29 @@ class TrainSettings:
 
     def warmup(self, total_steps):
         return max(int(self.warmup_steps), int(total_steps * self.warmup_proportion))
+
+
+def build_optimizer(settings, named_variables, total_steps=None, host_learning_rate=False):
+    """(optimizer, schedule) of both training cores: ELECTRA's AdamW without bias correction
+    (model/optimization.py), the linear warm-up / decay schedule over `total_steps` (default
+    settings.total_steps), weight decay off for LayerNorm / bias (matched on the official names of
+    `named_variables`), optional layer-wise LR decay, gradients clipped to global norm
+    `clip_norm`. With `host_learning_rate` the optimizer keeps a float learning rate that the
+    JAX core's step overwrites each step from `schedule` (training/jax_core.py); otherwise the
+    schedule is traced into the optimizer. Not built yet: TensorFlow's core wraps it for loss
+    scaling first."""
+    from model import optimization
+    s = settings
+    total_steps = s.total_steps if total_steps is None else int(total_steps)
+    schedule = optimization.linear_warmup_linear_decay(
+        s.learning_rate, s.warmup(total_steps), total_steps, power=s.lr_decay_power)
+    named_variables = dict(named_variables)
+    multipliers = None
+    if s.layerwise_lr_decay and s.layerwise_lr_decay != 1.0:
+        multipliers = optimization.layerwise_lr_multipliers(
+            list(named_variables), s.num_layers, s.layerwise_lr_decay)
+    optimizer = optimization.AdamWeightDecay(
+        float(s.learning_rate) if host_learning_rate else schedule,
+        weight_decay_rate=s.weight_decay_rate, clip_norm=s.clip_norm,
+        name_map=named_variables, lr_multipliers=multipliers)
+    return optimizer, schedule

@@ -161,7 +161,8 @@ def make_submission(directory, glue_data_dir, allow_partial: bool = False,
     a task overwrites its file) into `<directory>/<zip_name>`, the one zip the GLUE server takes.
 
     Each file is checked against its test set under `glue_data_dir` when that test set is there
-    (ids, row count, labels; `unchecked` lists the others). Raises SubmissionError, writing
+    (ids, row count, labels; `unchecked` lists the others, all of them when `glue_data_dir` is
+    None: a run from feature files without --data_dir). Raises SubmissionError, writing
     nothing, when a file is invalid, or when one of the eleven is missing and not `allow_partial`.
     """
     directory = fileio.norm(directory)
@@ -178,6 +179,8 @@ def make_submission(directory, glue_data_dir, allow_partial: bool = False,
         text = _read_text(path)
         rows[name] = max(len(text.splitlines()) - 1, 0)
         try:
+            if glue_data_dir is None:
+                raise DataError("no GLUE data dir")
             task_file(glue_data_dir, task_name, split)
         except DataError:
             unchecked.append(name)

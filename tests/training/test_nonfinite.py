@@ -205,7 +205,7 @@ import hashlib, json, os, runpy, sys
 k = int(os.environ["NONFINITE_POISON_STEP"])
 import numpy as np
 from training import jax_core
-original = jax_core.JaxTrainingCore.make_step
+original = jax_core.JaxTrainingCore._step
 
 
 def snapshot(directory):
@@ -219,16 +219,16 @@ def snapshot(directory):
 def make_step(self, *args):
     step_fn = original(self, *args)
 
-    def poisoned(state, batch, step):
+    def poisoned(state, batch, step, *rest):
         if int(step) == k - 1:
             with open(os.environ["NONFINITE_SNAPSHOT"], "w") as f:
                 json.dump(snapshot(os.environ["NONFINITE_CHECKPOINTS"]), f)
             state = ([state[0][0] * np.nan, *state[0][1:]], *state[1:])
-        return step_fn(state, batch, step)
+        return step_fn(state, batch, step, *rest)
     return poisoned
 
 
-jax_core.JaxTrainingCore.make_step = make_step
+jax_core.JaxTrainingCore._step = make_step
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
