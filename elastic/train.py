@@ -164,7 +164,10 @@ class DynaBertTask(Task):
 
     start: (config, tensors) the student begins from; teacher: (config, tensors) of the teacher
     (None for "final"). With `rewire_student` (the width phase) the student is rewired by
-    importance in build(). `augment(features) -> features` adds examples (off: None)."""
+    importance in build(). `augment(features) -> features` adds examples (off: None).
+    Its step is keras.ops only and it has both inputs (`dataset`, `host_batches`), so either
+    training core runs it; the importance scores of the rewiring take TensorFlow gradients
+    (elastic/importance.py), so the width phase builds on TensorFlow only."""
     scalar_prefix = "train/"
 
     def __init__(self, task_name: str, phase: str, start, teacher, features: Dict[str, np.ndarray],
@@ -198,8 +201,8 @@ class DynaBertTask(Task):
         return [(w, d) for w in self.width_list for d in self.depth_list]
 
     def build(self):
-        import tensorflow as tf
         from finetune.glue_task import glue_model_fns
+        from finetune.trainer import encoder_with_head
         config, tensors = self.start
         self.student, self.head = build_model(config, tensors, self.task_name, "student")
         if self.teacher_weights is not None:
@@ -215,13 +218,25 @@ class DynaBertTask(Task):
         self.loss_fn = glue_model_fns(self.task_name)[1]
         from finetune.glue.tasks import get_task
         self.is_regression = get_task(self.task_name).is_regression
-        return tf.train.Checkpoint(encoder=self.student, head=self.head)
+        self.model = encoder_with_head(self.student, self.head, glue_model_fns(self.task_name)[0])
+        return self.model
 
     def named_variables(self):
         named = dict(self.student.weight_map())
         named.update({f"{head_prefix(self.task_name)}{k}": v
                       for k, v in self.head.weight_map().items()})
         return named
+
+    def state_variables(self):
+        # The teacher's weights (not trained) and the RNG state of dropout.
+        layers = [self.student, self.head] + [l for l in (self.teacher, self.teacher_head)
+                                              if l is not None]
+        return [v for layer in layers for v in layer.variables if not v.trainable]
+
+    def host_batches(self, skip_batches):
+        from data.pretraining_arrays import array_batches
+        return array_batches(self.features, self.batch_size, seed=self.seed,
+                             skip_batches=skip_batches)
 
     def dataset(self, skip_batches):
         import tensorflow as tf

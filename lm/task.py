@@ -167,17 +167,29 @@ class LanguageModelTask(Task):
         ds = ds.shuffle(len(blocks), seed=self.hp.seed, reshuffle_each_iteration=True).repeat()
         return ds.batch(self.hp.train_batch_size, drop_remainder=True).skip(skip_batches)
 
+    def host_batches(self, skip_batches):
+        """The JAX core's input: the same blocks, shuffled with the seed (NumPy, not tf.data's
+        order), repeated, in global batches; `skip_batches` in."""
+        from data.pretraining_arrays import array_batches
+        from lm.data import training_blocks
+        if self.train_stream is None:
+            raise LMError("training needs --train_files")
+        blocks = training_blocks(self.train_stream, self.hp.seq_len)
+        return (b["tokens"] for b in array_batches({"tokens": blocks}, self.hp.train_batch_size,
+                                                   seed=self.hp.seed,
+                                                   skip_batches=skip_batches))
+
     def loss_denominators(self, batch):
-        import tensorflow as tf
-        return {"tokens": tf.size(batch[:, 1:])}
+        from keras import ops
+        return {"tokens": ops.cast(ops.size(batch[:, 1:]), "float32")}
 
     def compute(self, batch, step, denominators):
-        import tensorflow as tf
+        from keras import ops
         logits = self.model({"input_ids": batch[:, :-1]}, training=True)
-        ce = tf.nn.sparse_softmax_cross_entropy_with_logits(batch[:, 1:],
-                                                            tf.cast(logits, tf.float32))
-        ce_sum = tf.reduce_sum(ce)
-        tokens = tf.cast(tf.size(ce), tf.float32)
+        ce = ops.sparse_categorical_crossentropy(batch[:, 1:], ops.cast(logits, "float32"),
+                                                 from_logits=True)
+        ce_sum = ops.sum(ce)
+        tokens = ops.cast(ops.size(ce), "float32")
         return ce_sum / denominators["tokens"], {"ce_sum": ce_sum, "tokens": tokens}
 
     def summarize(self, sums, num_steps):

@@ -246,6 +246,7 @@ def plot_glue(data, png):
         ax.plot(x, medians, "k_", markersize=10)
     ax.plot([], [], "k_", markersize=10, label="median")
     ax.set_xticks(np.arange(len(tasks)), [TASK_TITLES.get(t, t) for t in tasks], fontsize=8)
+    ax.set_xlabel("GLUE task (metric)")
     ax.set_ylabel("dev score (×100)")
     ax.set_title(f"GLUE dev, scale {data['scale']}, {data['num_trials']} seeds per task")
     ax.axhline(0, color="black", linewidth=0.5)

@@ -1,12 +1,13 @@
 """Both training cores run the same Task classes (training/task.py): the pre-training task
-(pretrain/task.py, RTD and MLM) and the fine-tuning task (finetune/trainer.py `FinetuneTask`) with
-GLUE's classification and regression heads and SQuAD's QA head, each trained by TensorFlow's
-`TrainingCore` and by JAX's `JaxTrainingCore` from the same initial weights on the same batches.
+(pretrain/task.py, RTD and MLM), the fine-tuning task (finetune/trainer.py `FinetuneTask`) with
+GLUE's classification and regression heads and SQuAD's QA head, the causal LM (lm/task.py) and
+DynaBERT's depth phase (elastic/train.py), each trained by TensorFlow's `TrainingCore` and by
+JAX's `JaxTrainingCore` from the same initial weights on the same batches.
 
 Each backend runs in its own subprocess (KERAS_BACKEND is fixed at import); the JAX one with
-`tensorflow` unimportable. Fine-tuning (dropout 0, no clipping: see below) gives the same losses
-within 1e-4 on both cores: 10 steps of SQuAD's QA head, 2 of each GLUE head (20-step GLUE
-parity: tests/finetune/test_jax_finetune.py). Pre-training draws its masks and samples from
+`tensorflow` unimportable. Every task without RNG in its step (dropout 0, no clipping: see
+below) gives the same losses within 1e-4 on both cores: 10 steps of SQuAD's QA head, 2 of each
+GLUE head, the LM and DynaBERT (20-step GLUE parity: tests/finetune/test_jax_finetune.py). Pre-training draws its masks and samples from
 Keras' RNG, whose streams differ between backends, so there both cores must train the task's
 two steps with finite losses and the same metric records."""
 import json
@@ -31,6 +32,8 @@ from finetune.classification_head import ClassificationHead
 from finetune.hparams import FinetuneHParams
 from finetune.squad_task import make_head as squad_head, model_fns as squad_fns
 from finetune.trainer import FinetuneTask
+from elastic.train import DynaBertTask, head_prefix, make_head
+from lm.task import LanguageModelTask, LMHParams
 from model import ConvBertConfig, ConvBertModel
 from pretrain.hparams import make_hparams
 from pretrain.task import PretrainingTask
@@ -62,6 +65,8 @@ class FixedBatches:
 
     def dataset(self, skip):
         import tensorflow as tf
+        if not isinstance(self.fixed[0], dict):            # the LM: token blocks
+            return tf.data.Dataset.from_tensor_slices(np.stack(self.fixed)).skip(skip)
         stacked = {k: np.stack([b[k] for b in self.fixed]) for k in self.fixed[0]}
         return tf.data.Dataset.from_tensor_slices(stacked).skip(skip)
 
@@ -71,6 +76,14 @@ class Pretraining(FixedBatches, PretrainingTask):
 
 
 class Finetuning(FixedBatches, FinetuneTask):
+    pass
+
+
+class LanguageModel(FixedBatches, LanguageModelTask):
+    pass
+
+
+class DynaBert(FixedBatches, DynaBertTask):
     pass
 
 
@@ -126,19 +139,50 @@ def finetuning(kind):
     return task, steps
 
 
+def language_model():
+    hp = LMHParams(seq_len=T, train_batch_size=B, seed=1)
+    task = LanguageModel(hp, config.replace(causal=True))
+    task.fixed = [rng.integers(104, V, (B, T + 1)).astype(np.int32) for _ in range(2)]
+    return task, 2
+
+
+def dynabert():
+    # The depth phase: student and teacher start from one fine-tuned model (the JAX run draws
+    # it, the TensorFlow run reads it), widths 1 and 0.5 x depths 1 and 0.5 each step.
+    path = os.path.join(out, "dynabert_start.npz")
+    if backend == "jax":
+        keras.utils.set_random_seed(1)
+        encoder = ConvBertModel(config)
+        encoder({"input_ids": np.ones((1, T), np.int32), "input_mask": np.ones((1, T), np.int32),
+                 "segment_ids": np.zeros((1, T), np.int32)})
+        head = make_head(config, "mrpc")
+        tensors = {k: keras.ops.convert_to_numpy(v) for k, v in encoder.weight_map().items()}
+        tensors.update({k: keras.ops.convert_to_numpy(v)
+                        for k, v in head.weight_map(head_prefix("mrpc")).items()})
+        np.savez(path, **tensors)
+    tensors = dict(np.load(path))
+    features = batches(1, lambda: {"label_ids": rng.integers(0, 2, B).astype(np.int32)})[0]
+    task = DynaBert("mrpc", "depth", start=(config, tensors), teacher=(config, tensors),
+                    features=features, batch_size=B, width_list=(1.0, 0.5),
+                    depth_list=(1.0, 0.5), log=lambda *_: None)
+    task.fixed = batches(2, lambda: {"label_ids": rng.integers(0, 2, B).astype(np.int32)})
+    return task, 2
+
+
 init_path = os.path.join(out, "init_{}.npz")
 results = {}
 for name, make in (("rtd", lambda: pretraining(True)), ("mlm", lambda: pretraining(False)),
                    ("classification", lambda: finetuning("classification")),
                    ("regression", lambda: finetuning("regression")),
-                   ("squad", lambda: finetuning("squad"))):
+                   ("squad", lambda: finetuning("squad")), ("lm", language_model),
+                   ("dynabert", dynabert)):
     task, steps = make()
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm
     # counts a token seen twice in a batch twice (as the official code); JAX's dense gradients
     # count it once.
     settings = TrainSettings(total_steps=steps, batch_size=B, learning_rate=1e-3,
                              warmup_steps=1, clip_norm=0.0, log_every=1,
-                             layerwise_lr_decay=None if name in ("rtd", "mlm") else 0.8,
+                             layerwise_lr_decay=None if name in ("rtd", "mlm", "lm") else 0.8,
                              num_layers=config.num_hidden_layers)
     if backend == "jax":
         from training.jax_core import JaxTrainingCore
@@ -146,6 +190,8 @@ for name, make in (("rtd", lambda: pretraining(True)), ("mlm", lambda: pretraini
     else:
         from training.core import TrainingCore
         core = TrainingCore(task, settings, log=lambda *_: None).build()
+    if name == "dynabert":
+        task.head.dropout.rate = 0.0      # DynaBERT's head keeps ELECTRA's dropout 0.1
     named = task.named_variables()
     path = init_path.format(name)
     if backend == "jax":      # the JAX run draws the initial weights, TensorFlow's reads them
@@ -180,7 +226,7 @@ def test_both_cores_train_the_same_tasks(tmp_path):
     tf_runs = _run("tensorflow", tmp_path)
     tasks = {"rtd": "PretrainingTask", "mlm": "PretrainingTask",
              "classification": "FinetuneTask", "regression": "FinetuneTask",
-             "squad": "FinetuneTask"}
+             "squad": "FinetuneTask", "lm": "LanguageModelTask", "dynabert": "DynaBertTask"}
     for name, task_class in tasks.items():
         j, t = jax_runs[name], tf_runs[name]
         assert j["task"] == t["task"] == task_class
@@ -192,7 +238,7 @@ def test_both_cores_train_the_same_tasks(tmp_path):
         assert [sorted(h) for h in j["history"]] == [sorted(h) for h in t["history"]], name
         np.testing.assert_allclose([h["learning_rate"] for h in j["history"]],
                                    [h["learning_rate"] for h in t["history"]], rtol=1e-6)
-        if task_class == "FinetuneTask":
+        if task_class != "PretrainingTask":      # no RNG in the step: the same losses
             np.testing.assert_allclose([h["loss"] for h in j["history"]],
                                        [h["loss"] for h in t["history"]], atol=1e-4, rtol=0,
                                        err_msg=name)
