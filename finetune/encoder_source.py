@@ -20,16 +20,15 @@ PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
 class EncoderSource:
     """Where encoder weights come from: a checkpoint (read once) or random init."""
 
-    def __init__(self, init_checkpoint, hp, tf1=True):
-        """tf1=False: an official TF1 checkpoint is an error (it needs TensorFlow); native and
-        Hugging Face checkpoints are read with safetensors alone (the JAX path)."""
+    def __init__(self, init_checkpoint, hp):
+        """Native, Hugging Face and official TF1 checkpoints are read without TensorFlow
+        (safetensors; model/tensor_bundle.py), so the JAX path takes every format."""
         from finetune.hparams import encoder_config
         from model import checkpoints
         self.path = init_checkpoint
         overrides = dict(hp.model_hparam_overrides)
         if init_checkpoint:
-            self.format, saved, self.tensors = checkpoints.resolve_checkpoint(init_checkpoint,
-                                                                              tf1=tf1)
+            self.format, saved, self.tensors = checkpoints.resolve_checkpoint(init_checkpoint)
             self.config = saved.replace(**overrides) if overrides else saved
             self.config.validate()
         else:  # model_size: a size, a configs/ row or a ConvBertConfig .json file

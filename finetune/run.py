@@ -125,7 +125,7 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
     if backend == "jax":
         from training.jax_core import set_precision
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
-    source = EncoderSource(init_checkpoint, base_hp, tf1=backend == "tensorflow")
+    source = EncoderSource(init_checkpoint, base_hp)
     if source.tensors is None:
         warn("no --init_checkpoint: fine-tuning from RANDOM weights (model_size "
              f"{base_hp.model_size}); results only check that the pipeline runs")

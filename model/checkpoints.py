@@ -136,24 +136,19 @@ def _is_tf1(path):
 
 
 def read_tf1_checkpoint(path):
-    """All variables of a TF1 checkpoint (a directory with a `checkpoint` file, or a prefix)."""
-    import tensorflow as tf
+    """All variables of a TF1 checkpoint (a directory with a `checkpoint` file, or a prefix), read
+    with NumPy (model/tensor_bundle.py), so TensorFlow need not be installed."""
+    from model.tensor_bundle import TensorBundleError, latest_prefix, read_tensor_bundle
     prefix = path
     if fileio.isdir(path):
-        prefix = tf.train.latest_checkpoint(path)
+        prefix = latest_prefix(path)
         if prefix is None:
-            indexes = fileio.glob(os.path.join(path, "*.index"))
-            if not indexes:
-                raise CheckpointError(f"{path}: no TF1 checkpoint in this directory")
-            prefix = indexes[-1][:-len(".index")]
+            raise CheckpointError(f"{path}: no TF1 checkpoint in this directory")
     try:
-        # Not tf.train.load_checkpoint: on ram:// its "is this a directory?" test is true for
-        # any prefix of a name (`model.ckpt-0` beside `model.ckpt-0.index`).
-        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-    except Exception as e:  # tf raises several error types for unreadable checkpoints
-        raise CheckpointError(f"{prefix}: not a readable TF checkpoint ({type(e).__name__})") from None
-    return check_finite({name: reader.get_tensor(name)
-                         for name in reader.get_variable_to_shape_map()}, prefix)
+        variables = read_tensor_bundle(prefix)
+    except TensorBundleError as e:
+        raise CheckpointError(f"{e} (not a readable TF checkpoint)") from None
+    return check_finite(variables, prefix)
 
 
 def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):
@@ -203,11 +198,9 @@ def infer_config_from_tf1(variables, where="checkpoint", scope="electra"):
         type_vocab_size=int(get("embeddings/token_type_embeddings")[0]))
 
 
-def resolve_checkpoint(path, config=None, tf1=True):
-    """-> (format, config, {TF1 name: array}) for any supported checkpoint path.
-
-    tf1=False: a TF1 checkpoint is a CheckpointError (convert it first) instead of being read
-    with TensorFlow (a process without TensorFlow: the Keras-on-JAX paths)."""
+def resolve_checkpoint(path, config=None):
+    """-> (format, config, {TF1 name: array}) for any supported checkpoint path (none of them
+    needs TensorFlow to read)."""
     if path.endswith(".bin") or path.endswith(".pt") or path.endswith(".pth"):
         _reject_pickle(path)
     if not fileio.exists(path) and not _is_tf1(path):
@@ -218,7 +211,7 @@ def resolve_checkpoint(path, config=None, tf1=True):
         # A pre-training model_dir keeps its exported discriminator one level down.
         for sub in ("discriminator", "export/discriminator"):
             if fileio.exists(os.path.join(path, sub, NATIVE_CONFIG)):
-                return resolve_checkpoint(os.path.join(path, sub), config, tf1)
+                return resolve_checkpoint(os.path.join(path, sub), config)
     native_config = os.path.join(path, NATIVE_CONFIG) if is_dir else None
     if native_config and fileio.exists(native_config) and not _is_tf1(path):
         return "keras", config or ConvBertConfig.from_json(native_config), _read_safetensors(path)
@@ -234,10 +227,6 @@ def resolve_checkpoint(path, config=None, tf1=True):
         config = config or saved
         return "hf", config, _hf_to_tf1_names(_read_safetensors(path), config)
     if _is_tf1(path):
-        if not tf1:
-            raise CheckpointError(
-                f"{path}: an official TF1 checkpoint needs TensorFlow to read; convert it first "
-                f"(python scripts/convert_checkpoint.py --input {path} --output DIR --format keras)")
         variables = read_tf1_checkpoint(path)
         if config is None and native_config and fileio.exists(native_config):
             config = ConvBertConfig.from_json(native_config)  # written by save_pretrained("tf1")

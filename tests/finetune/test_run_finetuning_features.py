@@ -218,10 +218,10 @@ def checkpoints(tmp_path_factory, vocab):
     return out
 
 
-@pytest.mark.parametrize("backend,fmt", [("jax", "keras"), ("jax", "hf"),
+@pytest.mark.parametrize("backend,fmt", [("jax", "keras"), ("jax", "hf"), ("jax", "tf1"),
                                          ("tensorflow", "keras")])
 def test_checkpoint_without_training(backend, fmt, checkpoints, features, tmp_path):
-    """Native and Hugging Face checkpoints on JAX (no TensorFlow); --features_dir on the
+    """Native, Hugging Face and TF1 checkpoints on JAX (no TensorFlow); --features_dir on the
     TensorFlow backend too. --do_train=false: the dev set is predicted as loaded."""
     model_dir = tmp_path / "out"
     hparams = {"eval_batch_size": 64, "max_eval_examples": 40}
@@ -253,8 +253,6 @@ BAD_INPUTS = {   # name: (extra flags, what the one error line says)
                                          "supported yet"),
     "mixed_float16": (["--precision", "mixed_float16"],
                       "precision mixed_float16 (loss scaling) is TensorFlow-only"),
-    "TF1 checkpoint": (["--init_checkpoint", "{tf1}"],
-                       "an official TF1 checkpoint needs TensorFlow to read; convert it first"),
 }
 
 
