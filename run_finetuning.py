@@ -22,7 +22,7 @@ directory, malformed TSV row, unknown label or task) stops with a one-line error
 
 Every path (--data_dir, --model_dir, --init_checkpoint, --vocab_file, --sp_model, --train_file,
 --predict_file, --features_dir) may be on any filesystem TensorFlow knows (gs:// buckets on a
-Cloud TPU): every file goes through model/fileio.py.
+Cloud TPU): every file goes through base/fileio.py.
 
 From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow:
 
@@ -136,7 +136,7 @@ def run(argv=None):
         return glue_submission()
     if not FLAGS.model_dir:
         raise UsageError("--model_dir is required")
-    from model import fileio
+    from base import fileio
     blocked = fileio.output_dir_error(FLAGS.model_dir, "--model_dir")
     if blocked:
         raise UsageError(blocked)
@@ -195,7 +195,7 @@ def glue_submission():
 
 
 _ERROR_TYPES = (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
-                ("training.loop", "TrainingError"), ("model.fileio", "FileIOError"),
+                ("training.loop", "TrainingError"), ("base.fileio", "FileIOError"),
                 ("training.distribution", "DistributionError"),
                 ("finetune.qa.squad_eval", "SquadFormatError"),
                 ("model.checkpoints", "CheckpointError"), ("model.config", "ConfigError"))

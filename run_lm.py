@@ -73,7 +73,7 @@ def run(flag_values):
     from data.tokenization import load_tokenizer
     from lm import task as lm_task
     from lm.data import token_stream, text_files
-    from model import fileio
+    from base import fileio
 
     if not flag_values.model_dir:
         raise UsageError("--model_dir is required")
@@ -148,7 +148,7 @@ def main(argv):
     from data.errors import DataError
     from lm.task import LMError
     from model.config import ConfigError
-    from model.fileio import FileIOError
+    from base.fileio import FileIOError
     from training import TrainingError
     try:
         run(FLAGS)

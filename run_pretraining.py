@@ -112,12 +112,12 @@ def _default_data(max_seq_length):
 def resolve(flag_values, backend="tensorflow"):
     """Flags -> (hparams, model_dir, shard files, special token ids), on either backend (nothing
     here imports TensorFlow but the demo data's builder). Raises one-line errors."""
-    # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): model/fileio.py;
+    # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): base/fileio.py;
     # joined with os.path (posix on the machines TensorFlow's bucket filesystems run on).
     from data.errors import DataError
     from data.tfrecord_io import check_shard, count_records, find_shards
     from data.vocab import special_token_ids
-    from model import fileio
+    from base import fileio
     from pretrain.hparams import make_hparams, parse_overrides
 
     overrides = parse_overrides(flag_values.hparams)
@@ -239,7 +239,7 @@ def _main_jax():
                                    f"_device_count={FLAGS.num_cpu_devices}").strip()
     from data.errors import DataError
     from model.config import ConfigError
-    from model.fileio import FileIOError
+    from base.fileio import FileIOError
     from pretrain.hparams import HParamsError
     from pretrain.jax_trainer import pretrain_jax
     from training.loop import TrainingError

@@ -46,8 +46,8 @@ import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from analysis.plots import pyplot, save_figure  # noqa: E402
-from model import fileio  # noqa: E402
+from base.plots import pyplot, save_figure  # noqa: E402
+from base import fileio  # noqa: E402
 
 NAME = "ablation"
 STUDIES = ("table2", "table1", "kernel", "conv_only")

@@ -181,7 +181,7 @@ def check_inputs(args):
     from finetune.encoder_source import find_vocab_file
     from finetune.glue.readers import read_examples
     from finetune.glue.tasks import get_task
-    from model import fileio
+    from base import fileio
     models = []
     for name, path in args.checkpoints:
         if not (fileio.exists(path) or fileio.exists(path + ".index")):
@@ -336,7 +336,7 @@ def markdown_table(results, settings):
 
 def plot_example_maps(plotted, k, window, task_name, exclude_special=False):
     """Fig. 2/6: example k's head- and layer-averaged map, one panel per checkpoint."""
-    from analysis.plots import pyplot
+    from base.plots import pyplot
     plt = pyplot()
     names = list(plotted)
     fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 4.8), squeeze=False,
@@ -365,7 +365,7 @@ def plot_example_maps(plotted, k, window, task_name, exclude_special=False):
 
 
 def plot_per_layer(results, window):
-    from analysis.plots import pyplot
+    from base.plots import pyplot
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for r in results:
@@ -385,8 +385,8 @@ def plot_per_layer(results, window):
 
 
 def write_outputs(output_dir, results, plotted, settings):
-    from analysis.plots import save_figure
-    from model import fileio
+    from base.plots import save_figure
+    from base import fileio
     fileio.makedirs(output_dir)
     document = {"settings": settings, "models": results}
     fileio.write_text_atomic(fileio.join(output_dir, f"{NAME}.json"),

@@ -29,8 +29,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from analysis.plots import pyplot, save_figure  # noqa: E402
-from model import fileio  # noqa: E402
+from base.plots import pyplot, save_figure  # noqa: E402
+from base import fileio  # noqa: E402
 
 NAME = "curves"
 DEFAULT_METRICS = "loss,gen_accuracy,disc_accuracy,disc_auc,learning_rate"

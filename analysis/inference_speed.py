@@ -36,8 +36,8 @@ import platform
 import sys
 
 from analysis.paper import TABLE9 as PAPER, TABLE9_HARDWARE
-from analysis.plots import pyplot, save_figure
-from model import fileio
+from base.plots import pyplot, save_figure
+from base import fileio
 
 NAME = "inference_speed"
 SHAPES = "1x128,8x128,1x512,8x512"

@@ -66,7 +66,7 @@ def read_task(args):
     from finetune.console import UsageError
     from finetune.glue.readers import read_examples
     from finetune.glue.tasks import get_task
-    from model import fileio
+    from base import fileio
     task = get_task(args.task)
     if task.is_regression:
         raise UsageError(f"--task {task.name}: a regression task; the probe needs labels")
@@ -153,7 +153,7 @@ def markdown(results, settings):
 
 
 def run(argv):
-    from model import fileio
+    from base import fileio
     args = parse_args(argv)
     task, train, dev = read_task(args)
     results = [probe_model(name, path, random_init, task, train, dev, args)

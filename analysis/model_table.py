@@ -23,8 +23,8 @@ import json
 import sys
 
 from analysis.paper import TABLE1_PARAMS_M
-from analysis.plots import pyplot, save_figure
-from model import fileio
+from base.plots import pyplot, save_figure
+from base import fileio
 
 NAME = "model_table"
 SIZES = ("small", "medium-small", "base")

@@ -141,7 +141,7 @@ def rtd_train_step(disc_cfg, generator_hidden_size, batch_size, seq_len, rng,
     import keras
     import numpy as np
     import tensorflow as tf
-    from model.optimization import AdamWeightDecay
+    from training.optimization import AdamWeightDecay
     from pretrain.electra_pretrainer import ElectraPretrainer
     from pretrain.generator_config import generator_config
     b, s = batch_size, seq_len

@@ -36,7 +36,7 @@ def run(name, disc_cfg, args):
     import keras
     import numpy as np
 
-    from model import optimization
+    from training import optimization
     from pretrain.electra_pretrainer import ElectraPretrainer
     from pretrain.generator_config import generator_config
     from pretrain.task import window_metrics

@@ -22,8 +22,8 @@ The comparison is meant for an ELECTRA-architecture run of ours (`model_hparam_o
 {"conv_type": "none", "head_ratio": 1}); for a ConvBERT run the reference is still plain ELECTRA
 attention (a warning says so).
 
-The reference recipe (google-research/electra run_pretraining.py, pretrain_helpers.py,
-model/optimization.py):
+The reference recipe (google-research/electra run_pretraining.py, pretrain_helpers.py and the
+optimization.py of its model package):
 * generator and discriminator share one embeddings module (word, position, token type, LayerNorm;
   the generator keeps its own `embeddings_project`); the generator's output layer is the word
   embedding table (+ its own bias); weights start truncated-normal(initializer_range);

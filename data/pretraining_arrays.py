@@ -24,7 +24,7 @@ import io
 import numpy as np
 
 from data.errors import DataError
-from model import fileio
+from base import fileio
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 

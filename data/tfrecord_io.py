@@ -19,14 +19,14 @@ import struct
 import numpy as np
 
 from data.errors import DataError
-from model import fileio
+from base import fileio
 
 FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
 def find_shards(file_patterns):
     """Sorted shard files matching a glob pattern, a comma-separated string of them or a list
-    (local, or gs:// etc. where TensorFlow is installed: model/fileio.py), leaving out unfinished
+    (local, or gs:// etc. where TensorFlow is installed: base/fileio.py), leaving out unfinished
     (`.incomplete`) files and the builder's JSON; DataError if none."""
     if isinstance(file_patterns, str):
         file_patterns = [p for p in file_patterns.split(",") if p]

@@ -1,6 +1,6 @@
 """Vocabularies: load and validate WordPiece vocab files and SentencePiece models, learn either.
 
-Every file access goes through model/fileio.py, so vocabularies may live on gs:// as well.
+Every file access goes through base/fileio.py, so vocabularies may live on gs:// as well.
 Reading needs no TensorFlow (the JAX path uses `special_token_ids`); learning a WordPiece
 vocabulary does (tensorflow-text).
 """
@@ -8,7 +8,7 @@ import os
 import tempfile
 
 from data.errors import VocabError
-from model import fileio
+from base import fileio
 
 # The tokens every vocabulary must contain (BERT names); the builder and masking rely on them.
 REQUIRED_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -146,7 +146,7 @@ def learn_sentencepiece_model(texts, model_prefix, vocab_size, model_type="unigr
     """Trains a SentencePiece model (unigram or bpe) with BERT-style special tokens.
 
     Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.  Writes `<model_prefix>.model` and
-    `.vocab` (through model/fileio.py) and returns the .model path.
+    `.vocab` (through base/fileio.py) and returns the .model path.
     """
     import sentencepiece as spm
 

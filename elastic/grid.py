@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 
 NAME = "grid"
 KINDS = (("dynabert", "DynaBERT-trained"), ("plain", "plain fine-tuned (no DynaBERT training)"))
@@ -150,7 +150,7 @@ def markdown_table(grid):
 
 
 def plot_grid(grid):
-    from analysis.plots import pyplot
+    from base.plots import pyplot
     plt = pyplot()
     metric = grid["metric"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -173,7 +173,7 @@ def plot_grid(grid):
 
 def write_grid(grid, output_dir):
     """grid.md, grid.json, grid.png under `output_dir`; returns their paths."""
-    from analysis.plots import save_figure
+    from base.plots import save_figure
     fileio.makedirs(output_dir)
     paths = [fileio.join(output_dir, f"{NAME}.{ext}") for ext in ("md", "json", "png")]
     fileio.write_text_atomic(paths[1], json.dumps(grid, indent=2, allow_nan=False) + "\n")

@@ -326,7 +326,7 @@ class ElasticPretrainingTask(PretrainingTask):
 # ---------------------------------------------------------------------------------- running
 def check_resume_settings(model_dir, settings):
     """Refuse a resume whose elastic settings differ from the stored ones; store them."""
-    from model import fileio
+    from base import fileio
     path = os.path.join(model_dir, ELASTIC_FILE)
     if fileio.exists(path):
         stored = json.loads(fileio.read_text(path))

@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 
-from model import fileio
+from base import fileio
 
 from elastic.grid import main as _main
 

@@ -42,7 +42,7 @@ from elastic.importance import (MODEL_INPUTS, compute_importance, feature_batche
                                 head_loss_fn, holdout_split)
 from elastic.rewire import rewire
 from elastic.slicing import DEPTH_MULTS, WIDTH_MULTS, Subnet, sliced_forward
-from model import fileio
+from base import fileio
 from model.checkpoints import CheckpointError
 from training import Task
 

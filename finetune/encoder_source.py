@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from model import fileio
+from base import fileio
 from finetune.console import UsageError, warn
 
 PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")

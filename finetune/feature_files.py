@@ -12,14 +12,14 @@ once and writes them here; a fine-tuning process then reads the arrays back with
   "do_lower_case", "max_seq_length", "double_unordered", "max_train_examples", "files":
   {"<task>_<split>": {"task", "split", "examples", "file", "sha256"}}}`.
 
-Every file goes through model/fileio.py (local paths, gs://, ram://), each written atomically, so
+Every file goes through base/fileio.py (local paths, gs://, ram://), each written atomically, so
 a reader never sees half a file. `load_split` checks the file's sha256 against the manifest and
 gives the arrays back as `convert_examples_to_features` made them (int32 ids, mask and segments).
 `check_compatible` lets a run refuse features made with another vocabulary, length or casing.
 Errors are `FeatureFileError` (a `data.errors.DataError`): one line naming the file.
 
-This module imports no TensorFlow: only numpy, json, hashlib, data.errors and model.fileio (whose
-package needs a Keras backend other than TensorFlow where TensorFlow is missing, KERAS_BACKEND=jax).
+This module imports no TensorFlow: only numpy, json, hashlib, data.errors and base.fileio (which
+imports TensorFlow only for a URL path, and needs no Keras).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import json
 import numpy as np
 
 from data.errors import DataError
-from model import fileio
+from base import fileio
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"

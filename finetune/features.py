@@ -111,7 +111,7 @@ test_mismatched + diagnostic (AX, when the download has it): the splits a fine-t
 --do_predict), on Keras-on-JAX without TensorFlow too. Defaults are the fine-tuning ones
 (finetune/hparams.py), and the train split is read as a fine-tuning run reads it
 (finetune/glue_task.load_glue_data: the first --max_train_examples, then both sentence orders for
-MRPC/STS-B with --double_unordered). Every path may be on gs:// or ram:// (model/fileio.py). Bad input (unknown task or split, missing data
+MRPC/STS-B with --double_unordered). Every path may be on gs:// or ram:// (base/fileio.py). Bad input (unknown task or split, missing data
 file or vocab) stops with one line `error: ...` naming it, exit status 1, before anything is
 written.
 """
@@ -183,7 +183,7 @@ def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp,
     from finetune.console import UsageError
     from finetune.glue.readers import read_examples, task_file
     from finetune.glue_task import load_glue_data
-    from model import fileio
+    from base import fileio
     from data.errors import VocabError
 
     if not fileio.isdir(data_dir):
@@ -258,7 +258,7 @@ def _user_error_types():
     from finetune.console import UsageError
     types = [UsageError]
     for module, name in (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
-                         ("model.fileio", "FileIOError")):
+                         ("base.fileio", "FileIOError")):
         if module in sys.modules:
             types.append(getattr(sys.modules[module], name))
     return tuple(types)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 
-from model import fileio
+from base import fileio
 from finetune.console import say, warn
 
 GLUE_TABLE_COLUMNS = (("cola", "CoLA", "mcc"), ("sst", "SST", "accuracy"),

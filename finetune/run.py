@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from model import fileio
+from base import fileio
 from finetune.console import UsageError, say, warn
 from finetune.hparams import QA_TASKS
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from model import fileio
+from base import fileio
 
 VERSIONS = {"squad": "2.0", "squadv1": "1.1"}
 BEAM_KEYS = ("start_top_index", "start_top_log_probs", "end_top_index", "end_top_log_probs")

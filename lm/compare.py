@@ -27,7 +27,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from model import fileio  # noqa: E402
+from base import fileio  # noqa: E402
 
 NAME = "lm_compare"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,7 +136,7 @@ def markdown(doc):
 
 def plot(doc, path):
     from analysis.curves import smooth
-    from analysis.plots import pyplot, save_figure
+    from base.plots import pyplot, save_figure
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

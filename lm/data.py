@@ -18,7 +18,7 @@ import numpy as np
 
 from data.corpus_reader import list_corpus_files, read_corpus_file, stripped_lines
 from data.errors import CorpusError
-from model import fileio
+from base import fileio
 
 LINES_PER_CALL = 10_000   # lines tokenized per op call (WikiText-103 train has ~1.8M lines)
 

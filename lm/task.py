@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from model.config import ConfigError, read_json_object
 from training import PRECISIONS
 

@@ -12,7 +12,7 @@ or a weight of another shape is an error naming it, and so is a weight holding N
 diverged run's checkpoint: refused when read, naming the file). Pickle files (`pytorch_model.bin`)
 are refused.
 
-Every path goes through `model/fileio.py`, so a checkpoint may be read from and written to a bucket
+Every path goes through `base/fileio.py`, so a checkpoint may be read from and written to a bucket
 (`gs://...`) or TensorFlow's in-memory `ram://` as well as a local directory.
 """
 import json
@@ -24,7 +24,8 @@ import uuid
 import numpy as np
 
 from model.config import ConvBertConfig, ConfigError
-from model import fileio, hf_convert
+from base import fileio
+from model import hf_convert
 
 NATIVE_CONFIG = "convbert_config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Optional
 
-from model import fileio  # user paths: local, gs://, ram:// (model/fileio.py)
+from base import fileio  # user paths: local, gs://, ram:// (base/fileio.py)
 
 CONV_TYPES = ("sdconv", "dynamic", "lightweight", "none")
 # Names used elsewhere for the same variants (the official code calls the bottleneck-only model

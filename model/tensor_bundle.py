@@ -9,7 +9,7 @@ keys are the tensor names (the empty key holds the bundle header) and whose valu
 `BundleEntryProto`s (dtype, shape, shard, offset, size); each tensor's bytes are stored raw,
 little-endian, in its data shard. Table blocks may be snappy-compressed (decompressed here).
 String tensors (TF2's object graph) and partitioned (sliced) variables are skipped: no ConvBERT
-weight is one. Every file is read through model/fileio.py (local, gs://, ram://). A damaged file
+weight is one. Every file is read through base/fileio.py (local, gs://, ram://). A damaged file
 is a CheckpointError naming it.
 """
 import re
@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48

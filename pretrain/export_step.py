@@ -24,7 +24,7 @@ PARTS = ("discriminator", "generator")
 def is_exported(output_dir):
     """True when both parts of an export are in place (each is moved there whole)."""
     from model.checkpoints import NATIVE_CONFIG
-    from model import fileio
+    from base import fileio
     return all(fileio.exists(os.path.join(output_dir, part, NATIVE_CONFIG)) for part in PARTS)
 
 

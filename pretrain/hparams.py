@@ -21,7 +21,7 @@ replaced" prior (AUC 0.5) for the whole run (docs/PRETRAINING.md §6).
 
 `model_size` may also name a config in `configs/` (a row of the paper, e.g.
 "table1_convbert_medium_small_bnk_gl"; configs/README.md) or be the path of a ConvBertConfig
-JSON file (local or any filesystem model/fileio.py knows). The model is then that file's, and the
+JSON file (local or any filesystem base/fileio.py knows). The model is then that file's, and the
 training recipe is the one of the official size nearest in hidden size (`recipe_size`); the
 file's embedding_size, num_groups, conv_kernel_size, head_ratio, conv_type and
 max_position_embeddings become the defaults of the matching hparams, and the BERT rows train
@@ -35,7 +35,7 @@ import os
 import re
 from typing import Optional
 
-from model import fileio
+from base import fileio
 from model.config import CONFIGS_DIR, ConfigError, read_json_object
 from training import PRECISIONS  # fp32, bf16, mixed_float16
 

@@ -21,7 +21,7 @@ at clip time.
 import os
 import time
 
-from model import fileio
+from base import fileio
 from pretrain.hparams import train_settings
 from pretrain.task import PretrainingTask
 from training.jax_core import JaxTrainingCore, use_devices

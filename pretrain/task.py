@@ -16,14 +16,14 @@ Layout of <model_dir>: hparams.json, checkpoints/ckpt-<step>, train/ (TensorBoar
 discriminator/ and generator/ (native Keras exports, replaced atomically at every save, so
 `ConvBertModel.from_pretrained(model_dir)` always finds a complete model) and
 pretraining_summary.json. model_dir may be local or any filesystem tf.io.gfile knows (gs://,
-ram://): every read and write here goes through tf.io.gfile or model/fileio.py.
+ram://): every read and write here goes through tf.io.gfile or base/fileio.py.
 """
 import os
 import time
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from pretrain.hparams import HParamsError, model_config
 from pretrain import window
 from pretrain.window import AUC_BINS

@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from pretrain.task import PretrainingTask
 from reproduce.recipes import ELECTRA_ARCHITECTURE, GLUE_TASKS, MODELS
 

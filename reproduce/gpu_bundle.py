@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from model import fileio
+from base import fileio
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_BUNDLE_MIB = 60

@@ -11,8 +11,8 @@ more than the larger of the two seeds' standard deviations.
 import json
 import os
 
-from analysis.plots import pyplot, save_figure
-from model import fileio
+from base.plots import pyplot, save_figure
+from base import fileio
 
 TASK_TITLES = {"cola": "CoLA (MCC)", "sst": "SST-2 (acc)", "mrpc": "MRPC (acc)",
                "sts": "STS-B (Spearman)", "rte": "RTE (acc)"}

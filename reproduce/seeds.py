@@ -20,7 +20,7 @@ import sys
 
 import tensorflow as tf
 
-from analysis.plots import pyplot
+from base.plots import pyplot
 from reproduce import report
 from reproduce.pipeline import finetune_dir_of, pretrain_dir_of
 

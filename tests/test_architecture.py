@@ -1,11 +1,23 @@
 """The package layering of docs/ARCHITECTURE.md, checked on the source text (no imports run):
-dependencies point one way, and the training core's concerns have one home each."""
+dependencies point one way (every import statement counts, those inside functions too), and the
+training core's concerns have one home each."""
 import ast
 import pathlib
 
 from tests.conftest import REPO_ROOT
 
-PACKAGES = ("model", "data", "training", "pretrain", "finetune", "reproduce", "benchmarks")
+PACKAGES = ("base", "model", "data", "training", "pretrain", "finetune", "reproduce", "benchmarks")
+
+
+# docs/ARCHITECTURE.md's layers, bottom first. A package imports only packages of lower layers,
+# never one of its own layer or above, at module level or inside a function. base/ is the floor:
+# every package may import it, and it imports none of the toolkit's packages.
+LAYERS = (("base",), ("model", "data"), ("training",), ("pretrain",), ("finetune",),
+          ("elastic", "reproduce", "benchmarks"), ("analysis",), ("lm",))
+LAYER_OF = {package: layer for layer, members in enumerate(LAYERS) for package in members}
+# The one deliberate exception: data/'s builders use the toolkit's one ETA formatter,
+# training/progress.py (pure Python, no TensorFlow).
+ALLOWED_UPWARD = {"data": ("training.progress",)}
 
 
 def python_files(*roots):
@@ -21,6 +33,70 @@ def imported_modules(path: pathlib.Path):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def imported_names(tree):
+    """(line, dotted name) of everything each import statement anywhere in `tree` brings in:
+    `import a.b` -> a.b, `from a import b` -> a.b (relative imports stay inside their package)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)
+
+
+def layering_violations(package, source, filename="<source>"):
+    """The imports in `source` (a file of `package`) of a toolkit package on its layer or above."""
+    bad = []
+    for line, name in imported_names(ast.parse(source, filename)):
+        target = name.split(".")[0]
+        if target == package or target not in LAYER_OF:
+            continue
+        if LAYER_OF[target] < LAYER_OF[package]:
+            continue
+        if any(name == ok or name.startswith(ok + ".") for ok in ALLOWED_UPWARD.get(package, ())):
+            continue
+        bad.append(f"{filename}:{line} imports {name}")
+    return bad
+
+
+def test_every_package_imports_only_lower_layers():
+    packages = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")} - {"tests"}
+    assert set(LAYER_OF) == packages   # a new package gets its layer here and in the docs
+    bad = []
+    for package in LAYER_OF:
+        for path in python_files(package):
+            bad += layering_violations(package, path.read_text(encoding="utf-8"),
+                                       str(path.relative_to(REPO_ROOT)))
+    assert bad == []
+
+
+def test_base_imports_no_toolkit_package():
+    assert imports_of("base", set(LAYER_OF) - {"base"}) == []
+    assert sorted(p.name for p in python_files("base")) == ["__init__.py", "fileio.py", "plots.py"]
+
+
+def test_model_holds_no_file_access_or_optimizer_module():
+    """model/ is the network and its checkpoints: file access lives in base/, the optimizer and
+    its schedules in training/."""
+    names = {p.name for p in python_files("model")}
+    assert not names & {"fileio.py", "optimization.py"}
+    assert (REPO_ROOT / "training" / "optimization.py").is_file()
+
+
+def test_layering_check_sees_an_import_inside_a_function():
+    """An upward import hidden in a function body (a lazy import) is a violation too."""
+    lazy = "import os\n\n\ndef f():\n    if os.sep:\n        from reproduce import recipes\n"
+    assert layering_violations("analysis", lazy) == []
+    assert layering_violations("model", lazy) == ["<source>:6 imports reproduce.recipes"]
+    in_a_method = "class A:\n    def m(self):\n        import model.config\n"
+    assert layering_violations("base", in_a_method) == ["<source>:3 imports model.config"]
+    upward = "def f():\n    from analysis.curves import x\n"
+    assert layering_violations("reproduce", upward) == ["<source>:2 imports analysis.curves.x"]
+    # Same layer counts as upward; the declared exception does not.
+    assert layering_violations("model", "def f():\n    import data.vocab\n") != []
+    assert layering_violations("data", "def f():\n    from training.progress import f\n") == []
+    assert layering_violations("data", "def f():\n    from training.core import f\n") != []
 
 
 def imports_of(root, forbidden):

@@ -61,7 +61,7 @@ if point == "checkpoint":
         return record(self)
     cm.CheckpointManager._record_state = _record_state
 elif point == "export":
-    from model import fileio
+    from base import fileio
     fileio.write_bytes_atomic = counted(
         fileio.write_bytes_atomic,
         lambda path, data: "generator" in str(path) and str(path).endswith(".safetensors"))

@@ -40,7 +40,7 @@ def test_bundle_is_small_and_complete(bundle):
 
 
 def test_smoke_run_end_to_end_and_resume(bundle):
-    from analysis.plots import png_labels
+    from base.plots import png_labels
     root, out, _ = bundle
     results, work = root / "out", root / "work"
     cmd = ["bash", "scripts/gpu_run.sh", "--smoke", f"--bundle_dir={out}",

@@ -6,7 +6,7 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from analysis.plots import png_labels
+from base.plots import png_labels
 from reproduce import seeds
 
 # rte: convbert trials per run; random init scores 50 in every trial of every run.

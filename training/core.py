@@ -8,7 +8,7 @@
 
 * Precision: the Keras policy is set before the task builds its models ("fp32", "bf16" =
   mixed_bfloat16, "mixed_float16" with dynamic loss scaling).
-* Optimizer: ELECTRA's AdamW without bias correction (model/optimization.py) with the linear
+* Optimizer: ELECTRA's AdamW without bias correction (training/optimization.py) with the linear
   warm-up / decay schedule, weight decay off for LayerNorm / bias, optional layer-wise LR decay,
   gradients clipped to global norm `clip_norm`.
 * The step: `strategy.run` over each replica's share of the GLOBAL batch. Losses that need global
@@ -160,7 +160,7 @@ class TrainingCore:
         return self._train_step
 
     def _make_train_step(self):
-        from model import optimization
+        from training import optimization
         s = self.settings
         task, strategy, optimizer = self.task, self.strategy, self.optimizer
         variables, loss_scaled, num_replicas = self.variables, self.loss_scaled, self.num_replicas

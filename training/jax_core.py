@@ -25,7 +25,7 @@ variables and computes its loss and metric sums with keras.ops; the core owns th
   denominators are the global ones without a collective of its own);
 * state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl.
   optimizer and RNG state, the step and examples counters), written atomically through
-  model/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
+  base/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
   batches);
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
   the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
@@ -216,7 +216,7 @@ class JaxTrainingCore:
         and save intervals), with the schedule they make. A step with a host learning rate
         stays valid; what is compiled into it (weight decay, clipping, layer-wise decay,
         precision) must not change."""
-        from model import optimization
+        from training import optimization
         s = self.settings = settings
         self.schedule = optimization.linear_warmup_linear_decay(
             s.learning_rate, s.warmup(s.total_steps), s.total_steps, power=s.lr_decay_power)

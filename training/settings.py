@@ -31,14 +31,14 @@ class TrainSettings:
 
 def build_optimizer(settings, named_variables, total_steps=None, host_learning_rate=False):
     """(optimizer, schedule) of both training cores: ELECTRA's AdamW without bias correction
-    (model/optimization.py), the linear warm-up / decay schedule over `total_steps` (default
+    (training/optimization.py), the linear warm-up / decay schedule over `total_steps` (default
     settings.total_steps), weight decay off for LayerNorm / bias (matched on the official names of
     `named_variables`), optional layer-wise LR decay, gradients clipped to global norm
     `clip_norm`. With `host_learning_rate` the optimizer keeps a float learning rate that the
     JAX core's step overwrites each step from `schedule` (training/jax_core.py); otherwise the
     schedule is traced into the optimizer. Not built yet: TensorFlow's core wraps it for loss
     scaling first."""
-    from model import optimization
+    from training import optimization
     s = settings
     total_steps = s.total_steps if total_steps is None else int(total_steps)
     schedule = optimization.linear_warmup_linear_decay(

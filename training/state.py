@@ -6,7 +6,7 @@ Two checkpoint formats, one per training core, both keep-N and restored exactly:
 * JAX (training/jax_core.py, no TensorFlow): `<dir>/ckpt-<step>.safetensors`, every variable by
   name plus the step and examples counters (`save_safetensors_checkpoint`,
   `restore_safetensors_checkpoint`).
-Every path goes through tf.io.gfile / model/fileio.py, so a model_dir may be a bucket (gs://...)
+Every path goes through tf.io.gfile / base/fileio.py, so a model_dir may be a bucket (gs://...)
 or TensorFlow's in-memory ram:// filesystem (tests). TensorFlow is imported only by the
 TensorFlow format.
 """
@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from training.loop import TrainingError
 
 
@@ -72,7 +72,7 @@ def checkpoint_step(path):
 
 
 def write_text_atomic(text, path):
-    """`text` to `path` atomically (model/fileio.py: temporary file beside it + rename)."""
+    """`text` to `path` atomically (base/fileio.py: temporary file beside it + rename)."""
     fileio.write_text_atomic(path, text)
 
 

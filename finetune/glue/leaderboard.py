@@ -6,7 +6,7 @@ label strings (entailment/neutral/contradiction for MNLI and AX, entailment/not_
 RTE and QNLI, 0/1 for CoLA, SST-2, MRPC, QQP, WNLI) or, for STS-B, a score with 3 decimals in
 [0, 5]. The server takes a zip of the eleven files at its top level.
 
-Every file is read and written through model/fileio.py (tf.io.gfile for buckets): directories may be
+Every file is read and written through base/fileio.py (tf.io.gfile for buckets): directories may be
 buckets (gs://...) or ram://; functions return a pathlib.Path for local paths, the URL otherwise.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import zipfile
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from finetune.glue.metrics import compute_metrics, to_label_ids, to_scores
 from finetune.glue.readers import read_examples, task_file
 from finetune.glue.tasks import DataError, get_task, normalize_task_name

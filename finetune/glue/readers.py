@@ -12,7 +12,7 @@ import dataclasses
 import io
 import logging
 
-from model import fileio
+from base import fileio
 from finetune.glue.tasks import DataError, GlueTask, get_task
 
 

@@ -31,7 +31,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from finetune.qa.squad_data import SquadExample, SquadFeatures
 
 DEFAULT_N_BEST_SIZE = 20
@@ -184,7 +184,7 @@ def apply_null_threshold(predictions: Mapping[str, str], null_odds: Mapping[str,
 
 def write_json_atomic(obj, path: str) -> None:
     """Writes JSON to `path` (local, gs://, ram://, ...) via a temporary file in the same
-    directory + rename (model/fileio.py)."""
+    directory + rename (base/fileio.py)."""
     text = json.dumps(obj, ensure_ascii=False)  # no indent: keeps the fast C encoder
     fileio.write_atomic(path, text.encode("utf-8"))
 

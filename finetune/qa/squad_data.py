@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from model import fileio
+from base import fileio
 from finetune.qa.squad_eval import SquadFormatError, validate_dataset
 
 logger = logging.getLogger(__name__)

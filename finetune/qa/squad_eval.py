@@ -107,7 +107,7 @@ def _read_text(path) -> str:
     also the stand-alone official evaluator: on local files it must not load TensorFlow (seconds
     of start-up, and C++ log lines on stderr that would break its one-line errors)."""
     if "://" in str(path):
-        from model import fileio   # loads the model package (and TensorFlow): URLs only
+        from base import fileio   # loads TensorFlow for a URL: URLs only
         return fileio.read_text(path)
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -116,7 +116,7 @@ def _read_text(path) -> str:
 def _write_text(path, text: str) -> None:
     """Atomic write (temporary name beside `path`, then rename); URLs through tf.io.gfile."""
     if "://" in str(path):
-        from model import fileio
+        from base import fileio
         fileio.write_atomic(path, text)
         return
     tmp = f"{path}.tmp-{os.getpid()}"

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from analysis import ablation
-from analysis.plots import png_labels
+from base.plots import png_labels
 from tests.conftest import shared_path
 from tests.test_reproduction import _head
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis import attention
-from analysis.plots import png_labels
+from base.plots import png_labels
 from tests.conftest import shared_path
 
 MRPC_HEADER = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis import curves
-from analysis.plots import png_labels
+from base.plots import png_labels
 from training.summaries import ScalarWriter
 
 METRICS = ("loss", "gen_accuracy", "disc_accuracy", "disc_auc", "learning_rate")

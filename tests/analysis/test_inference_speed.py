@@ -3,7 +3,7 @@ No timing assertions (the machine is shared)."""
 import json
 
 from analysis import inference_speed
-from analysis.plots import png_labels
+from base.plots import png_labels
 
 
 def test_tiny_table_has_both_blocks_every_shape_and_a_labelled_plot(tmp_path, capsys):

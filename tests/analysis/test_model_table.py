@@ -6,7 +6,7 @@ import pytest
 
 from analysis import model_table
 from analysis.paper import TABLE1_PARAMS_M
-from analysis.plots import png_labels
+from base.plots import png_labels
 from model import flops
 from model.config import CONFIGS_DIR, ConvBertConfig
 

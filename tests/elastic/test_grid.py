@@ -26,7 +26,7 @@ def grid_run(tmp_path_factory):
 
 
 def test_every_cell_with_costs_and_seeds(grid_run):
-    from analysis.plots import png_labels
+    from base.plots import png_labels
     from elastic.extract import subnetwork_cost
     from elastic.slicing import Subnet
     from model import ConvBertConfig

@@ -262,7 +262,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
 
     def crash(src, dst):   # e.g. the job is killed between writing and renaming
         raise OSError("simulated crash")
-    # Every write goes through model/fileio.py: a local path is renamed with os.replace (a
+    # Every write goes through base/fileio.py: a local path is renamed with os.replace (a
     # bucket path with tf.io.gfile.rename).
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="simulated crash"):

@@ -128,7 +128,7 @@ def test_finetune_and_submission_on_ram_filesystem(ram_data, capsys):
 
 def test_init_checkpoint_in_a_bucket(ram_data, capsys):
     """--init_checkpoint on ram:// (a pre-training model_dir with its discriminator/ export):
-    the encoder is read through model/fileio.py like every other file."""
+    the encoder is read through base/fileio.py like every other file."""
     import keras
     import tensorflow as tf
     from model import ConvBertConfig, ConvBertModel

@@ -312,7 +312,7 @@ def _assert_one_line_error(proc, *needles):
 
 
 def test_error_missing_bucket_init_checkpoint_not_written_locally(tmp_path, glue_dir, vocab):
-    """Every path may be a bucket (model/fileio.py; see test_ram_filesystem.py). A missing one is
+    """Every path may be a bucket (base/fileio.py; see test_ram_filesystem.py). A missing one is
     one line and nothing is written, locally or elsewhere (ram:// is in-process: no network)."""
     proc = run_cli(["--data_dir", glue_dir, "--vocab_file", vocab, "--task_names", "rte",
                     "--model_dir", tmp_path / "out", "--init_checkpoint", "ram://nope/ckpt"],

@@ -197,7 +197,7 @@ def test_shipped_lm_configs_have_matched_parameter_counts():
 def test_compare_trains_both_models_and_writes_table_and_curves(corpus, capsys):
     """lm.compare end to end: a tiny mixed LM and a tiny Transformer LM on the same blocks, the
     table, JSON and PNG; a rerun skips the finished runs and rewrites the same numbers."""
-    from analysis.plots import png_labels
+    from base.plots import png_labels
     from lm import compare
     transformer = {**TINY, "conv_type": "none", "head_ratio": 1}
     (corpus / "tiny_transformer.json").write_text(json.dumps(transformer))

@@ -1,4 +1,4 @@
-"""model/fileio.py: one file API for local paths and any filesystem tf.io.gfile knows (issue 21).
+"""base/fileio.py: one file API for local paths and any filesystem tf.io.gfile knows (issue 21).
 
 ram:// (TensorFlow's in-memory filesystem) stands in for a gs:// bucket; the local half is also
 checked with `import tensorflow` made impossible (the JAX backend's machine has no TensorFlow).
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from model import fileio
+from base import fileio
 from tests.conftest import REPO_ROOT
 
 
@@ -113,7 +113,7 @@ NO_TF = textwrap.dedent("""
                 raise ImportError("TensorFlow is blocked in this test")
     sys.meta_path.insert(0, BlockTF())
     import model
-    from model import fileio
+    from base import fileio
     from model.config import ConvBertConfig
     root = sys.argv[1]
     fileio.write_text_atomic(root + "/sub/x.txt", "hello")

@@ -1,4 +1,4 @@
-"""model/optimization.py against a numpy reference of ELECTRA's AdamWeightDecayOptimizer."""
+"""training/optimization.py against a numpy reference of ELECTRA's AdamWeightDecayOptimizer."""
 import re
 
 import keras
@@ -7,7 +7,7 @@ import pytest
 from keras import ops
 
 from model import ConvBertConfig, ConvBertModel
-from model.optimization import (AdamWeightDecay, LinearWarmupLinearDecay, create_optimizer,
+from training.optimization import (AdamWeightDecay, LinearWarmupLinearDecay, create_optimizer,
                                 layerwise_depths, layerwise_lr_multipliers,
                                 linear_warmup_linear_decay)
 

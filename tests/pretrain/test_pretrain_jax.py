@@ -34,7 +34,7 @@ import jax
 from keras import ops
 assert keras.backend.backend() == "jax", keras.backend.backend()
 from model import ConvBertConfig
-from model.optimization import AdamWeightDecay
+from training.optimization import AdamWeightDecay
 from pretrain import ElectraPretrainer, generator_config, sampling
 
 args = json.loads(sys.argv[1])

@@ -7,7 +7,7 @@ from keras import ops
 from model import ConvBertConfig, ConvBertMaskedLM, ConvBertModel
 from pretrain import ElectraPretrainer, generator_config
 from pretrain.generator_config import DEFAULT_GENERATOR_HIDDEN_SIZE
-from model.optimization import AdamWeightDecay
+from training.optimization import AdamWeightDecay
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",

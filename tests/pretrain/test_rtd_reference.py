@@ -219,7 +219,7 @@ def test_reference_optimizer_and_schedule_match_ours():
     import tensorflow as tf
     import torch
     from benchmarks import rtd_reference as ref
-    from model import optimization
+    from training import optimization
 
     schedule = optimization.linear_warmup_linear_decay(1e-3, 3, 10, power=0.5)
     for step in range(12):

@@ -16,7 +16,7 @@ import json, sys
 sys.modules["tensorflow"] = None
 import numpy as np
 import keras
-from model import optimization
+from training import optimization
 from training.jax_core import JaxTrainingCore, host_learning_rate, precompile
 from training.settings import TrainSettings
 

@@ -1,6 +1,6 @@
 """File access on any filesystem TensorFlow knows, without needing TensorFlow (issue 21).
 
-The single home for reading and writing user-given paths in `model/` and the pre-training path
+The single home for reading and writing user-given paths, for every package of the toolkit
 (config and hparams JSON, safetensors exports, checkpoints' side files, vocabularies):
 
 * a `scheme://...` path (`gs://` bucket on a Cloud TPU, TensorFlow's in-memory `ram://` in tests,
@@ -8,8 +8,9 @@ The single home for reading and writing user-given paths in `model/` and the pre
   such path, and only if `importlib.util.find_spec("tensorflow")` finds it; without it a URL is a
   `FileIOError` naming the path.
 * a local path uses the builtins (`open`, `os.*`, `glob`), which is what `tf.io.gfile` does for
-  it anyway: `model/` stays importable and usable without TensorFlow (the JAX backend on a GPU
-  machine has none), and the JAX path never imports it for local paths.
+  it anyway: `base/` (and `model/`, whose checkpoints go through it) stays importable and usable
+  without TensorFlow (the JAX backend on a GPU machine has none), and the JAX path never imports
+  it for local paths.
 
 Writes are atomic: `write_*_atomic` write a temporary file beside the target and rename it over
 the target (`tf.io.gfile.rename(tmp, final, overwrite=True)` / `os.replace`), so a reader never

@@ -1,6 +1,6 @@
 """The one place figures become PNG files: atomic writes to any filesystem, labels kept in the file.
 
-`save_figure(fig, path)` writes the PNG through model/fileio (a temporary file beside it, then a
+`save_figure(fig, path)` writes the PNG through base/fileio (a temporary file beside it, then a
 rename; `gs://` and `ram://` paths work) and stores every axes' title, x/y labels and legend
 entries as a PNG text chunk, so `png_labels(path)` can check, from the file alone, that a plot
 has labelled axes and a legend.
@@ -31,7 +31,7 @@ def axes_labels(fig):
 
 def save_figure(fig, path, dpi=110):
     """`fig` as a PNG at `path` (atomic, any filesystem), then closed."""
-    from model import fileio
+    from base import fileio
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight",
                 metadata={LABELS_KEY: json.dumps(axes_labels(fig))})
@@ -43,7 +43,7 @@ def png_labels(path):
     """The axes labels stored by `save_figure` in the PNG at `path`; raises if it is not a valid
     PNG (the image is decoded in full)."""
     from PIL import Image
-    from model import fileio
+    from base import fileio
     with fileio.open_read(path) as f:
         data = f.read()
     image = Image.open(io.BytesIO(data))

@@ -3,9 +3,9 @@
     schedule = linear_warmup_linear_decay(5e-4, warmup_steps=10_000, total_steps=1_000_000)
     opt = AdamWeightDecay(schedule, weight_decay_rate=0.01, name_map=model.weight_map())
 
-`AdamWeightDecay` is the official `AdamWeightDecayOptimizer` (google-research/electra
-model/optimization.py) as a Keras 3 optimizer, so `model.fit`, `optimizer.apply` and JAX's
-`stateless_apply` all work:
+`AdamWeightDecay` is the official `AdamWeightDecayOptimizer` (google-research/electra, the
+optimization.py of its model package) as a Keras 3 optimizer, so `model.fit`, `optimizer.apply`
+and JAX's `stateless_apply` all work:
 
     m <- b1 m + (1 - b1) g ;  v <- b2 v + (1 - b2) g^2          (no bias correction)
     update = m / (sqrt(v) + eps) + wd * param                   (wd only for decayed variables)
