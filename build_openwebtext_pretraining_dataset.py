@@ -9,7 +9,8 @@ temporary directory first (--tmp_dir; it needs about as much space as the extrac
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from base.command import quiet_tensorflow  # noqa: E402
+quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from absl import app, flags  # noqa: E402
 

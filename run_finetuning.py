@@ -43,9 +43,14 @@ import functools
 import os
 import sys
 
-from absl import app, flags
+from base.command import quiet_tensorflow
 
-from finetune.console import UsageError, run_command, say
+quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
+
+from absl import app, flags  # noqa: E402
+
+from base.command import exit_with_error, run_command  # noqa: E402
+from finetune.console import UsageError, say  # noqa: E402
 from training import define_distribution_flags
 
 # Our own flag registry, not absl's global one: run_pretraining.py defines flags of the same names
@@ -220,16 +225,14 @@ def parse_flags(argv):
     try:
         remaining = FLAGS(argv)
     except flags.Error as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_with_error(e, 1)
     flags.FLAGS(argv[:1])  # absl's app insists its global registry is parsed too
     return remaining
 
 
 def main(argv):
     if len(argv) > 1:
-        print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(f"unexpected arguments: {' '.join(argv[1:])}", 2)
     sys.exit(run_command(run, argv, _user_error_types))   # 128 + signal after SIGTERM/SIGINT
 
 

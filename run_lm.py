@@ -26,8 +26,9 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+from base.command import exit_with_error, quiet_tensorflow  # noqa: E402
+quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from absl import app, flags  # noqa: E402
 
@@ -140,9 +141,7 @@ def run(flag_values):
 
 def main(argv):
     if len(argv) > 1:
-        print(f"error: unexpected arguments {' '.join(argv[1:])} (flags are --name=value)",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_with_error(f"unexpected arguments {' '.join(argv[1:])} (flags are --name=value)")
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)
     from data.errors import DataError
@@ -154,9 +153,7 @@ def main(argv):
         run(FLAGS)
     except (UsageError, LMError, DataError, ConfigError, TrainingError, FileIOError,
             FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr,
-              flush=True)
-        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
+        exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ model, ...) prints one line `error: ...` and exits with status 1, writing nothin
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's start-up chatter quiet
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+from base.command import exit_with_error, quiet_tensorflow  # noqa: E402
+quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from absl import app, flags  # noqa: E402
 from training import define_distribution_flags  # noqa: E402  (TF-free)
@@ -192,16 +193,9 @@ def resolve(flag_values, backend="tensorflow"):
     return hp, model_dir, files, special_ids
 
 
-def _one_line(e):
-    text = " ".join(str(e).split())
-    return text or type(e).__name__
-
-
 def main(argv):
     if len(argv) > 1:
-        print(f"error: unexpected arguments {' '.join(argv[1:])} (flags are --name=value)",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_with_error(f"unexpected arguments {' '.join(argv[1:])} (flags are --name=value)")
     if os.environ.get("KERAS_BACKEND") == "jax":
         _report(_main_jax())
         return
@@ -227,8 +221,7 @@ def main(argv):
         summary = pretrain(hp, model_dir, files, strategy, hp.vocab_size, log=log,
                            special_ids=special_ids)
     except user_errors as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
+        exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT
     _report(summary)
 
 
@@ -252,8 +245,7 @@ def _main_jax():
         summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log)
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,
             FileNotFoundError) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
+        exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT
     return summary
 
 

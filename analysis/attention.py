@@ -434,7 +434,7 @@ def run(argv):
 
 def main(argv=None):
     """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input."""
-    from finetune.console import run_command
+    from base.command import run_command
     return run_command(run, argv, _user_error_types)
 
 

@@ -1,4 +1,5 @@
-"""The base room: what every package may import: file access on any filesystem (fileio) and the
-one PNG writer (plots). It imports none of the toolkit's other packages
+"""The base room: what every package may import: file access on any filesystem (fileio), the
+one PNG writer (plots) and what every command shares (command: TensorFlow imported without its
+C++ start-up lines, the one-line error exit). It imports none of the toolkit's other packages
 (tests/test_architecture.py), and importing it loads no TensorFlow and no Keras (fileio reaches
 tf.io.gfile lazily, only for `gs://` / `ram://` paths; plots imports matplotlib when it draws)."""

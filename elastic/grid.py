@@ -294,7 +294,7 @@ def user_error_types():
 def main(argv=None, run_fn=run):
     """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input (128 + signal
     after SIGTERM/SIGINT)."""
-    from finetune.console import run_command
+    from base.command import run_command
     return run_command(run_fn, argv, user_error_types)
 
 

@@ -288,7 +288,7 @@ def main(argv=None):
     """`python -m finetune.features`: exit status 0, or 1 with one line `error: ...` on
     stderr for a bad flag or input (2 for stray arguments)."""
     import sys
-    from finetune.console import run_command
+    from base.command import run_command
     argv = sys.argv if argv is None else list(argv)
     try:
         remaining = _parse_cli_flags(argv)

@@ -57,15 +57,19 @@ def pretraining_record(model_dir):
             "heldout": _read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
 
 
-def glue_entries(finetune_dir, tasks):
-    """{task: {"metric": the paper's headline metric, "summary": task_summary}} of one fine-tuning
-    run, for the tasks with results."""
+def glue_entries(finetune_dirs, tasks):
+    """{task: {"metric": the paper's headline metric, "summary": {metric: {median, mean, std,
+    min, max, n}}}} for the tasks with results: over the seeds of one fine-tuning run (a
+    directory), or pooled over the seeds of several (a list: reproduce/seeds.py)."""
+    from finetune.glue.leaderboard import summarize_trials
     from finetune.glue.metrics import PAPER_METRIC
+    dirs = [finetune_dirs] if isinstance(finetune_dirs, (str, os.PathLike)) else finetune_dirs
     entries = {}
     for task in tasks:
-        summary = task_summary(finetune_dir, task)
-        if summary is not None:
-            entries[task] = {"metric": PAPER_METRIC.get(task, "accuracy"), "summary": summary}
+        trials = [m for d in dirs for m in trial_metrics(d, task)]
+        if trials:
+            entries[task] = {"metric": PAPER_METRIC.get(task, "accuracy"),
+                             "summary": summarize_trials(trials)}
     return entries
 
 

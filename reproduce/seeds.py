@@ -69,19 +69,9 @@ def check_runs(runs):
 def pooled_glue(runs):
     """{model: {task: {"metric", "summary"}}} over every trial of every run."""
     first = runs[0]["results"]
-    pooled = {}
-    for model in first["models"]:
-        pooled[model] = {}
-        for task in first["tasks"]:
-            trials = []
-            for run in runs:
-                trials += report.trial_metrics(finetune_dir_of(run["dir"], model), task)
-            if trials:
-                from finetune.glue.leaderboard import summarize_trials
-                from finetune.glue.metrics import PAPER_METRIC
-                pooled[model][task] = {"metric": PAPER_METRIC.get(task, "accuracy"),
-                                       "summary": summarize_trials(trials)}
-    return pooled
+    return {model: report.glue_entries([finetune_dir_of(run["dir"], model) for run in runs],
+                                       first["tasks"])
+            for model in first["models"]}
 
 
 def combine(runs):

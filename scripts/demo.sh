@@ -7,6 +7,8 @@ bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=3
 .venv/bin/python run_pretraining.py "$@"
 .venv/bin/python - <<'PY'
+from base.command import quiet_tensorflow
+quiet_tensorflow()
 from model import ConvBertModel
 model = ConvBertModel.from_pretrained("runs/demo")
 print(f"loaded runs/demo: {model.count_params():,} parameters, config {model.config.to_dict()}")

@@ -1,0 +1,83 @@
+"""What every command shares: TensorFlow's C++ start-up lines kept off the console, and the
+one-line error exit.
+
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()        # first: before anything imports TensorFlow or Keras
+    ...
+    exit_with_error(e)        # `error: <one line>` on stderr, exit status 1 (or e.exit_code)
+    sys.exit(run_command(run, argv, user_error_types))   # the same for a command's bad input
+
+TensorFlow 2.21 prints, on every import and before its own log level applies, lines such as
+`WARNING: All log messages before absl::InitializeLog() is called are written to STDERR`,
+`I0000 ... port.cc] oneDNN custom operations are on ...` and `I0000 ... cudart_stub.cc] Could
+not find cuda drivers ...`. With the TensorFlow Keras backend this imports TensorFlow once with
+the process's stderr (file descriptor 2) captured, then writes back every captured line except
+those start-up lines, and sets TF_CPP_MIN_LOG_LEVEL to 2 unless it is set (C++ INFO and WARNING
+off; errors still show). Python warnings, absl logging and the toolkit's own messages are not
+touched. `CONVBERT_TF_LOGS=1` turns all of this off: TensorFlow prints what it prints. With
+another Keras backend (KERAS_BACKEND=jax) TensorFlow is not imported at all.
+"""
+import os
+import re
+import sys
+
+START_UP_LINES = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\)"
+    r"|[IW]0000 \S+ +\d+ (port|cudart_stub|cpu_feature_guard|cuda_\w+)\.cc:\d+\]"
+    r"|E0000 \S+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit"
+    r"|To enable the following instructions:)")
+
+
+def quiet_tensorflow():
+    """Import TensorFlow without its start-up lines (see the module doc); a no-op with
+    CONVBERT_TF_LOGS=1, another Keras backend, TensorFlow already imported or not installed."""
+    if os.environ.get("CONVBERT_TF_LOGS") == "1":
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow" or "tensorflow" in sys.modules:
+        return
+    import tempfile
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass               # the JAX-only install: nothing to quiet
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode("utf-8", errors="replace")
+    kept = [line for line in text.splitlines(keepends=True) if not START_UP_LINES.match(line)]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
+
+
+def error_line(error):
+    """`error: <message on one line>` on stderr (an exception's message, or a string)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    print(f"error: {text}", file=sys.stderr, flush=True)
+
+
+def exit_with_error(error, code=None):
+    """The one-line error exit of every command: `error_line(error)`, then exit with `code`
+    (default: the exception's `exit_code`, else 1; 128 + signal after SIGTERM/SIGINT)."""
+    error_line(error)
+    sys.exit(code if code is not None else getattr(error, "exit_code", 1))
+
+
+def run_command(run_fn, argv, error_types):
+    """A command's exit status: `run_fn(argv)`, or, for an exception of one of `error_types()`
+    (called when it is raised: only the bad-input classes of modules loaded by then), one line
+    `error: ...` on stderr and its `exit_code` (1; 128 + signal after SIGTERM/SIGINT)."""
+    try:
+        return run_fn(sys.argv[1:] if argv is None else list(argv))
+    except Exception as e:  # noqa: BLE001 -- user errors become one line, the rest propagate
+        if not isinstance(e, error_types()):
+            raise
+        error_line(e)
+        return getattr(e, "exit_code", 1)
