@@ -1,5 +1,5 @@
 """Train and evaluate a causal (left-to-right) language model: ConvBERT's mixed attention or a
-Transformer of matched size (issue 18; lm/).
+Transformer of matched size (lm/).
 
     python run_lm.py --train_files=$WT/wiki.train.raw --eval_files=$WT/wiki.valid.raw \
         --vocab_file=vocab.txt --model_config=lm_small_mixed --model_dir=runs/lm_mixed \

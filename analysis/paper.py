@@ -6,7 +6,7 @@ reproduces them: model/flops.py `RECIPES[name]["paper"]`.
 """
 
 # Table 1: parameters in millions, as the paper prints them (round(params / 1e6)), per configs/ row.
-# Source: the figures quoted in issue 21 (configs/README.md, "Sources").
+# Source: the figures quoted in the project's reproduction brief (configs/README.md, "Sources").
 TABLE1_PARAMS_M = {
     "table1_bert_small": 14,
     "table1_electra_small": 14,

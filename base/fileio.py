@@ -1,4 +1,4 @@
-"""File access on any filesystem TensorFlow knows, without needing TensorFlow (issue 21).
+"""File access on any filesystem TensorFlow knows, without needing TensorFlow.
 
 The single home for reading and writing user-given paths, for every package of the toolkit
 (config and hparams JSON, safetensors exports, checkpoints' side files, vocabularies):

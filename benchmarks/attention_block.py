@@ -12,7 +12,7 @@ Both use the same `MixedAttention` code path (conv_type "none" with 12 heads for
 so every speed-up of the shared parts (fused projections, head layout) helps both equally.
 
 Each row: median time over interleaved rounds; ratio = median of per-round mixed/self ratios;
-FLOPs ratio from model/flops.py (the floor that issue 7 asks the time ratio to reach).
+FLOPs ratio from model/flops.py (the floor the P2 target asks the time ratio to reach).
 
     python benchmarks/attention_block.py                  # fp32 CPU, TF graph + XLA + JAX
     python benchmarks/attention_block.py --bf16           # GPU mode (bf16 compute), for later

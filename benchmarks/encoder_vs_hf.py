@@ -1,4 +1,4 @@
-"""Our ConvBERT-base forward (TF backend) vs transformers' PyTorch ConvBertModel (issue 7, P1).
+"""The toolkit's ConvBERT-base forward (TF backend) vs transformers' PyTorch ConvBertModel (docs/PERFORMANCE.md P1).
 
 Random weights, eval / training=False, fp32, full attention mask, same process, interleaved rounds,
 2 threads for both (torch.set_num_threads(2); TF intra-op 2, inter-op 1). Ours runs as a

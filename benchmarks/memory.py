@@ -1,5 +1,5 @@
 """Peak memory of one forward + backward pass: mixed-attention block vs self-attention block
-(issue 7, P5), base H = 768 (block definitions as in attention_block.py), fp32 CPU, TF graph mode.
+(docs/PERFORMANCE.md P5), base H = 768 (block definitions as in attention_block.py), fp32 CPU, TF graph mode.
 
 Method (CPU has no allocator statistics in TF): every block runs in its own fresh subprocess with
 `MALLOC_MMAP_THRESHOLD_=65536`, so every tensor buffer larger than 64 KiB is its own mmap and is

@@ -1,4 +1,4 @@
-"""Where the mixed-attention block's time goes: its parts timed alone (issue 7, P2), TF graph, fp32.
+"""Where the mixed-attention block's time goes: its parts timed alone (docs/PERFORMANCE.md P2), TF graph, fp32.
 
 ConvBERT-base widths (H 768, 6 attention + 6 convolution heads of 64, K 9) next to the parts of the
 self-attention block they replace. Each part is a `tf.function`, timed interleaved with the others

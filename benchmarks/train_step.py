@@ -1,4 +1,4 @@
-"""Training-step speed (issue 7, P3), fp32 CPU, TF backend, graph mode (tf.function; the RTD
+"""Training-step speed (docs/PERFORMANCE.md P3), fp32 CPU, TF backend, graph mode (tf.function; the RTD
 steps optionally under XLA with --rtd_jit_compile).
 
 1. MLM step, ConvBERT-small, b16 s128: forward + cross-entropy + backward + AdamW (wd 0.01),

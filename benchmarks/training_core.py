@@ -1,5 +1,5 @@
 """Before / after a change to the training loop: the same pre-training (RTD) and fine-tuning runs
-from two checkouts, interleaved, medians (issue 15: "no speed regression").
+from two checkouts, interleaved, medians (the goal: no speed regression).
 
     git worktree add /tmp/before <old commit>
     python benchmarks/training_core.py --before /tmp/before --after . [--rounds 5]

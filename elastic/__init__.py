@@ -1,4 +1,4 @@
-"""Elastic ConvBERT: DynaBERT's width- and depth-adaptive sub-networks for ConvBERT (issue 17).
+"""Elastic ConvBERT: DynaBERT's width- and depth-adaptive sub-networks for ConvBERT.
 
 One fine-tuned ConvBERT, rewired so every smaller size is a prefix of it, can be cut to any
 (heads, FFN width, depth) sub-network. ConvBERT has two kinds of heads (self-attention and

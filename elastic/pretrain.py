@@ -1,5 +1,5 @@
 """Elastic pre-training: ELECTRA / ConvBERT pre-training whose discriminator also trains its
-DynaBERT-style sub-networks (issue 17), so every (width, depth) cell is a usable pre-trained
+DynaBERT-style sub-networks, so every (width, depth) cell is a usable pre-trained
 encoder without a fine-tuned teacher.
 
     python -m elastic.pretrain --pretrain_tfrecords='shards/*' --vocab_file=vocab.txt \

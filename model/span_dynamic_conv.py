@@ -30,7 +30,7 @@ from keras import ops
 
 from model.initializers import truncated_normal
 
-# "auto" picks, per backend, what measured fastest on CPU (docs/PERFORMANCE.md, issue 7): in TF
+# "auto" picks, per backend, what measured fastest on CPU (docs/PERFORMANCE.md, "Span-based dynamic convolution speed"): in TF
 # graph mode the full band for short sequences and the blocked band beyond, under XLA the shifted
 # sum. "unfold" is the reference only.
 CONV_IMPLEMENTATIONS = ("auto", "shifted_sum", "band", "blocked_band", "unfold")
