@@ -390,11 +390,10 @@ def define_flags(flags):
 
 def main(argv):
     import run_pretraining as rp
+    from base.command import exit_with_error
     FLAGS = rp.FLAGS
     if len(argv) > 1:
-        print(f"error: unexpected arguments {' '.join(argv[1:])} (flags are --name=value)",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
+        exit_with_error(f"unexpected arguments {' '.join(argv[1:])} (flags are --name=value)")
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)
     from data.errors import DataError
@@ -437,8 +436,7 @@ def main(argv):
                                    extract_cells=FLAGS.extract_cells,
                                    hidden_sizes=hidden_sizes, layers=layers)
     except user_errors as e:
-        print(f"error: {rp._one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(getattr(e, "exit_code", 1))   # 128 + signal after SIGTERM/SIGINT
+        exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT
     rp._report(summary)
 
 
