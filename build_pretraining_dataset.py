@@ -4,7 +4,15 @@
       --output_dir=pretrain_tfrecords --max_seq_length=128 --num_processes=2
 
 Each line of each corpus file is one sentence; with --blanks_separate_docs (default true) a
-blank line ends a document. See docs/DATA.md.
+blank line ends a document. The same build as an Apache Beam pipeline (pip install -e '.[beam]'):
+
+  python build_pretraining_dataset.py --runner=DirectRunner --direct_num_workers=2 \
+      --direct_running_mode=multi_processing --corpus_dir=... --vocab_file=... --output_dir=...
+  python build_pretraining_dataset.py --runner=DataflowRunner --project=P --region=R \
+      --temp_location=gs://bucket/tmp --corpus_dir=gs://... --output_dir=gs://... [--dry_run]
+
+Flags the builder does not know are passed to Beam as pipeline options (write them as
+--flag=value). See docs/DATA.md.
 """
 import os
 import sys
@@ -29,6 +37,11 @@ flags.DEFINE_integer("seed", 12345, "Random seed: same seed, same shards.")
 flags.DEFINE_boolean("skip_bad_files", False,
                      "Skip (and count) binary or non-UTF-8 files instead of failing.")
 flags.DEFINE_boolean("progress", True, "Print a progress line with ETA to stderr.")
+flags.DEFINE_string("runner", None, "Run as an Apache Beam pipeline on this runner "
+                    "(DirectRunner, DataflowRunner, FlinkRunner, SparkRunner); other flags "
+                    "are Beam pipeline options. Default: the local processes.")
+flags.DEFINE_boolean("dry_run", False, "With --runner: check the inputs and options and build "
+                     "the pipeline, without running or submitting it.")
 
 
 def build_config():
@@ -42,26 +55,35 @@ def build_config():
         progress=FLAGS.progress)
 
 
-def run(config):
-    """Builds the shards; on bad input prints one line `error: ...` and exits with status 1."""
+def run(config, runner=None, beam_args=(), dry_run=False):
+    """Builds the shards (locally, or with Beam's `runner`); on bad input prints one line
+    `error: ...` and exits with status 1."""
     import tensorflow as tf
     from data.errors import DataError
-    from data.pretraining_builder import build_pretraining_dataset, format_summary
+    from data.pretraining_builder import build, format_summary
     try:
-        summary = build_pretraining_dataset(config)
+        summary = build(config, runner, list(beam_args), dry_run)
     except (DataError, OSError, tf.errors.OpError) as e:  # e.g. an unwritable --output_dir
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
-    print(format_summary(summary), flush=True)
+    print(summary if dry_run else format_summary(summary), flush=True)
     return summary
 
 
+def parse_flags(argv):
+    """The builder's flags; what is left (but argv[0]) goes to Beam as pipeline options."""
+    try:
+        return FLAGS(argv, known_only=True)
+    except flags.Error as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
 def main(argv):
-    del argv
-    run(build_config())
+    run(build_config(), FLAGS.runner, argv[1:], FLAGS.dry_run)
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["corpus_dir", "output_dir"])
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

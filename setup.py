@@ -31,7 +31,16 @@ setup(
     extras_require={
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
         # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "transformers>=5", "jax[cpu]"],
+        # apache-beam: the Beam builder's tests (tests/data/test_beam_builder.py, the `*_beam`
+        # cases of tests/test_bad_inputs.py) run on the DirectRunner.
+        "test": ["pytest", "hypothesis", "torch==2.13.0", "transformers>=5", "jax[cpu]",
+                 "apache-beam>=2.77,<3"],
+        # The shard builder as an Apache Beam pipeline (build_pretraining_dataset.py --runner=...):
+        # the DirectRunner, and Flink/Spark through their job servers. Beam 2.77 holds protobuf
+        # below 7 (6.33 installs; TensorFlow 2.21 asks for >=6.31.1,<8).
+        "beam": ["apache-beam>=2.77,<3"],
+        # ... on Google Cloud Dataflow: Beam's Google Cloud clients (about 80 more packages).
+        "dataflow": ["apache-beam[gcp]>=2.77,<3"],
         # A TPU VM, TensorFlow runtime: TensorFlow's TPU build at the version it ships
         # (tensorflow-text 2.20 holds tensorflow at 2.20 too; scripts/setup.sh makes the TPU
         # build's files win), libtpu held at the oldest release tensorflow-tpu accepts (it asks

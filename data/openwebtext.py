@@ -1,27 +1,39 @@
 """OpenWebText in ELECTRA's layout: `<data_dir>/openwebtext/*.xz` archives of many .txt files.
 
 Each archive (a tar.xz, as in the OpenWebText release; a plain .xz of one text also works) is
-extracted into a local staging directory under flat, unique names, and the regular builder runs
-over it with blanks_separate_docs=False: every .txt file is one document.
+one unit of work of the builder, on both engines (the local processes and Beam). It is read as
+a stream from any filesystem TensorFlow knows (local, gs://): decompressed and untarred in
+memory, member by member, with no staging folder and no local disk. Every text member is one
+document (blanks_separate_docs=False, as ELECTRA) and is packed with its own random stream,
+seeded by the name it had in the staging folder of earlier versions
+(`<archive stem>__<member number>__<member name>`), so the examples did not change when the
+extraction step went away.
+
+A corrupt archive (bad xz data, a broken tar) is a CorpusError naming it; a member that is not
+UTF-8 text is a CorpusError naming the archive and the member. With --skip_bad_files the first
+skips the whole archive (nothing of it is written: an archive's members are all read before any
+is packed), the second only that member.
 """
-import io
+import contextlib
 import lzma
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 
 import tensorflow as tf
 
 from data.errors import CorpusError
 
+ARCHIVE_SUFFIX = ".xz"
+_BLOCK = tarfile.BLOCKSIZE  # 512: a tar header
+
 
 def list_archives(openwebtext_dir):
+    """The `*.xz` archives directly inside `openwebtext_dir`, sorted (CorpusError if none)."""
     openwebtext_dir = str(openwebtext_dir)
     if not tf.io.gfile.isdir(openwebtext_dir):
         raise CorpusError(f"OpenWebText directory {openwebtext_dir}: not found")
-    archives = sorted(tf.io.gfile.glob(os.path.join(openwebtext_dir, "*.xz")))
+    archives = sorted(tf.io.gfile.glob(os.path.join(openwebtext_dir, "*" + ARCHIVE_SUFFIX)))
     if not archives:
         raise CorpusError(f"OpenWebText directory {openwebtext_dir}: no *.xz archives")
     return archives
@@ -31,48 +43,78 @@ def _safe_name(text):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
 
-def extract_archive(archive, staging_dir):
-    """Writes each text member of `archive` to `staging_dir`; returns how many files."""
-    with tf.io.gfile.GFile(archive, "rb") as f:
-        data = f.read()
-    stem = _safe_name(os.path.basename(archive)[:-len(".xz")])
+def _stem(archive):
+    return _safe_name(os.path.basename(archive)[:-len(ARCHIVE_SUFFIX)])
+
+
+@contextlib.contextmanager
+def _xz_stream(archive):
+    """The decompressed bytes of `archive` as a file object, read from the filesystem lazily."""
+    with tf.io.gfile.GFile(archive, "rb") as raw, lzma.open(raw, "rb") as stream:
+        yield stream
+
+
+def _is_tar(archive):
+    """Whether the decompressed archive starts with a tar header (read: its first 512 bytes)."""
+    with _xz_stream(archive) as stream:
+        block = stream.read(_BLOCK)
+    if block == b"\0" * _BLOCK:
+        return True  # an empty tar
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
-            count = 0
+        tarfile.TarInfo.frombuf(block, tarfile.ENCODING, "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
+
+
+_BROKEN = (lzma.LZMAError, EOFError, tarfile.TarError)
+
+
+def read_archive(archive):
+    """[(name, label, raw bytes)] of the text files of `archive`, in archive order.
+
+    `name` seeds the file's random stream (see the module doc), `label` names it in messages
+    (`<archive> member <member path>`). Raises CorpusError naming the archive (and the member
+    being read) when the archive is not valid xz or tar data.
+    """
+    member_name = None
+    try:
+        if not _is_tar(archive):
+            with _xz_stream(archive) as stream:
+                return [(_stem(archive) + ".txt", archive, stream.read())]
+        stem, files = _stem(archive), []
+        with tf.io.gfile.GFile(archive, "rb") as raw, \
+                tarfile.open(fileobj=raw, mode="r|xz") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
+                member_name = member.name
                 content = tar.extractfile(member).read()
-                name = f"{stem}__{count:06d}__{_safe_name(os.path.basename(member.name))}"
-                with open(os.path.join(staging_dir, name), "wb") as out:
-                    out.write(content)
-                count += 1
-            return count
-    except tarfile.ReadError:
-        pass  # not a tar: a single compressed text
-    try:
-        content = lzma.decompress(data)
-    except lzma.LZMAError:
-        raise CorpusError(f"archive {archive}: not a valid .xz file") from None
-    with open(os.path.join(staging_dir, stem + ".txt"), "wb") as out:
-        out.write(content)
-    return 1
+                name = f"{stem}__{len(files):06d}__{_safe_name(os.path.basename(member.name))}"
+                files.append((name, f"{archive} member {member.name}", content))
+                member_name = None
+        return files
+    except _BROKEN as e:
+        where = f" (in member {member_name})" if member_name else ""
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise CorpusError(f"archive {archive}: not a valid .xz or tar.xz file{where}: "
+                          f"{reason}") from None
 
 
 def build_openwebtext_pretraining_dataset(data_dir, config_overrides, tmp_dir=None):
-    """Extracts `<data_dir>/openwebtext/*.xz` and builds shards; returns the builder summary.
-
-    `config_overrides` are BuildConfig fields (vocab_file, output_dir, max_seq_length, ...);
-    corpus_dir and blanks_separate_docs are set here.
+    """Builds shards from `<data_dir>/openwebtext/*.xz` with the local builder; returns its
+    summary. `config_overrides` are BuildConfig fields (vocab_file, output_dir, ...); corpus_dir,
+    corpus_format and blanks_separate_docs are set here. `tmp_dir` is ignored (archives are
+    streamed; it is kept for old callers).
     """
-    from data.pretraining_builder import BuildConfig, build_pretraining_dataset
+    del tmp_dir
+    from data.pretraining_builder import build_pretraining_dataset
+    return build_pretraining_dataset(openwebtext_config(data_dir, config_overrides))
 
-    archives = list_archives(os.path.join(str(data_dir), "openwebtext"))
-    staging = tempfile.mkdtemp(prefix="owt-corpus-", dir=tmp_dir)
-    try:
-        for archive in archives:
-            extract_archive(archive, staging)
-        config = BuildConfig(corpus_dir=staging, blanks_separate_docs=False, **config_overrides)
-        return build_pretraining_dataset(config)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+def openwebtext_config(data_dir, config_overrides):
+    """The BuildConfig of an OpenWebText build (either engine)."""
+    from data.pretraining_builder import BuildConfig
+    return BuildConfig(corpus_dir=os.path.join(str(data_dir), "openwebtext"),
+                       corpus_format="openwebtext", blanks_separate_docs=False,
+                       **config_overrides)

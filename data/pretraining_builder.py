@@ -1,9 +1,16 @@
 """Corpus directory -> packed pre-training examples in TFRecord shards (ELECTRA layout, fixed).
 
-Work split (as ELECTRA): sorted corpus files go to job `i % num_processes`; job j writes the
-shards `i % num_processes == j`, round-robin. Each file is packed with its own random stream,
-seeded from (seed, file name), so the set of examples does not depend on `num_processes`; for a
-fixed seed, num_processes and num_shards the shards are byte-identical between runs.
+Units of work: a corpus file (corpus_format "text"), or an OpenWebText archive of many
+documents (corpus_format "openwebtext", data/openwebtext.py), read as a stream. Each *file*
+(a corpus file, an archive member) is packed by its own packer with its own random stream,
+seeded from (seed, file name), and no packing state crosses files: the set of examples does not
+depend on how the units are split between workers. `read_units` -> `pack_documents` ->
+`shard_writer.serialize_packed` is that per-file work, shared by both engines: the local
+processes here, and the Apache Beam pipeline of data/beam_builder.py (--runner).
+
+Local work split (as ELECTRA): sorted units go to job `i % num_processes`; job j writes the
+shards `i % num_processes == j`, round-robin. For a fixed seed, num_processes and num_shards the
+shards are byte-identical between runs.
 
 Speed comes from tokenizing many lines per tensorflow-text call (C++), and packing with a
 few integer operations per line plus numpy slices - no Python work per token.
@@ -19,11 +26,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from data import corpus_reader
+from base import fileio
+from data import corpus_reader, openwebtext
 from data.errors import CorpusError, DataError
 from data.example_packer import ExamplePacker
 from data.shard_writer import (SHARD_PREFIX, TEMP_SUFFIX, ShardWriter, commit_shards,
-                               remove_files, shard_path)
+                               remove_files, serialize_packed, shard_path)
 from data.tokenization import load_tokenizer
 from training.progress import format_duration
 
@@ -31,6 +39,7 @@ SUMMARY_FILE = "pretrain_data.summary.json"
 MIN_SEQ_LENGTH = 8
 BLANK_LINE = -1   # row-length codes fed to the packer: a blank line ...
 END_OF_FILE = -2  # ... and the end of a file (which always closes the pending example)
+CORPUS_FORMATS = ("text", "openwebtext")
 
 
 @dataclasses.dataclass
@@ -49,12 +58,15 @@ class BuildConfig:
     skip_bad_files: bool = False
     lines_per_batch: int = 20000  # lines per tokenizer call: big batches amortize op overhead
     progress: bool = True
+    corpus_format: str = "text"  # "text": files of lines; "openwebtext": *.xz archives
 
 
 @dataclasses.dataclass
 class JobStats:
-    files: int = 0
-    bytes: int = 0
+    files: int = 0           # files read (corpus files, archive members)
+    seen_files: int = 0      # files read or skipped (a skipped archive counts once)
+    input_bytes: int = 0     # bytes of the units read (archives compressed): progress
+    bytes: int = 0           # bytes of text read
     lines: int = 0
     documents: int = 0
     corpus_tokens: int = 0   # WordPiece tokens produced by the tokenizer
@@ -77,6 +89,23 @@ def check_config(config):
                         f"({config.num_processes}): every process writes its own shards")
     if (config.vocab_file is None) == (config.sp_model is None):
         raise DataError("give exactly one of --vocab_file and --sp_model")
+    if config.corpus_format not in CORPUS_FORMATS:
+        raise DataError(f"corpus_format must be one of {', '.join(CORPUS_FORMATS)}, "
+                        f"got {config.corpus_format!r}")
+
+
+def check_output_dir(output_dir):
+    """DataError when `output_dir` is a file or lies under one (before anything is written)."""
+    message = fileio.output_dir_error(str(output_dir), "--output_dir")
+    if message:
+        raise DataError(message)
+
+
+def list_units(config):
+    """The sorted units of work: corpus files, or OpenWebText archives (CorpusError if none)."""
+    if config.corpus_format == "openwebtext":
+        return openwebtext.list_archives(config.corpus_dir)
+    return corpus_reader.list_corpus_files(config.corpus_dir)
 
 
 def _file_rng(seed, path):
@@ -126,24 +155,49 @@ class _Progress:
               flush=True)
 
 
-def _read_files(paths, config, stats, on_progress):
-    """Yields (path, stripped lines) per readable file; bad files raise or are skipped."""
-    for path in paths:
+def _unit_files(unit, config):
+    """[(name, label, raw bytes)] of the files of one unit: the corpus file itself, or an
+    archive's members (read whole before any is used). CorpusError for an unreadable archive."""
+    if config.corpus_format == "openwebtext":
+        return openwebtext.read_archive(unit)
+    with tf.io.gfile.GFile(unit, "rb") as f:
+        return [(unit, unit, f.read())]
+
+
+def _skip(error, stats):
+    stats.skipped_files.append(str(error))
+    stats.seen_files += 1
+    print(f"warning: skipping {error}", file=sys.stderr, flush=True)
+
+
+def read_units(units, config, stats, on_progress=lambda b, e: None):
+    """Yields (name, stripped lines) per readable file of `units`, in order; a bad file (or
+    archive) raises CorpusError naming it, or with `skip_bad_files` is skipped and counted."""
+    for unit in units:
         try:
-            text = corpus_reader.read_corpus_file(path)
+            files = _unit_files(unit, config)
         except CorpusError as e:
             if not config.skip_bad_files:
                 raise
-            stats.skipped_files.append(str(e))
-            print(f"warning: skipping {e}", file=sys.stderr, flush=True)
+            _skip(e, stats)
             continue
-        stats.files += 1
-        stats.bytes += tf.io.gfile.stat(path).length
-        lines = corpus_reader.stripped_lines(text)
-        if not config.blanks_separate_docs:
-            lines = [line for line in lines if line]  # ELECTRA skips blank lines in this mode
-        yield path, lines
-        on_progress(stats.bytes, stats.examples)
+        stats.input_bytes += tf.io.gfile.stat(unit).length
+        for name, label, raw in files:
+            try:
+                text = corpus_reader.decode_corpus_bytes(raw, label)
+            except CorpusError as e:
+                if not config.skip_bad_files:
+                    raise
+                _skip(e, stats)
+                continue
+            stats.files += 1
+            stats.seen_files += 1
+            stats.bytes += len(raw)
+            lines = corpus_reader.stripped_lines(text)
+            if not config.blanks_separate_docs:
+                lines = [line for line in lines if line]  # ELECTRA skips blank lines in this mode
+            yield name, lines
+        on_progress(stats.input_bytes, stats.examples)
 
 
 def _tokenize_lines(tokenizer, lines, stats):
@@ -166,15 +220,18 @@ def _count_documents(codes, previous_was_line):
     return int(starts.sum()), bool(is_line[-1])
 
 
-def pack_files(paths, tokenizer, config, writer, stats, on_progress=lambda b, e: None):
-    """Tokenizes and packs the files `paths` (in this order) into `writer`, updating `stats`.
+def pack_documents(files, tokenizer, config, stats, on_progress=lambda b, e: None):
+    """Tokenizes and packs `files`, (name, lines) pairs, yielding `PackedExamples` batches and
+    updating `stats`: the per-file work both engines share.
 
-    Small files are tokenized together (one op call per `lines_per_batch` lines); a big file
-    is tokenized in chunks. Each file gets its own packer and random stream.
+    Each file gets its own packer and random stream (`_file_rng(seed, name)`) and ends its own
+    last example, so a file's examples depend on nothing but the file, the seed and the config.
+    Small files are tokenized together (one op call per `lines_per_batch` lines: tokenization is
+    per line); a big file is tokenized in chunks.
     """
-    def new_packer(path):
+    def new_packer(name):
         return ExamplePacker(config.max_seq_length, tokenizer.cls_id, tokenizer.sep_id,
-                             _file_rng(config.seed, path))
+                             _file_rng(config.seed, name))
 
     def pack_group(group):
         if not group:
@@ -182,46 +239,61 @@ def pack_files(paths, tokenizer, config, writer, stats, on_progress=lambda b, e:
         flat_ids, codes = _tokenize_lines(tokenizer, [l for _, lines in group for l in lines],
                                           stats)
         line_offset, id_offset = 0, 0
-        for path, lines in group:
+        for name, lines in group:
             file_codes = codes[line_offset:line_offset + len(lines)]
             num_ids = int(file_codes[file_codes > 0].sum())
-            packer = new_packer(path)
+            packer = new_packer(name)
             packer.add_lines(flat_ids[id_offset:id_offset + num_ids], file_codes)
             packer.finish_document()
             stats.documents += _count_documents(file_codes, False)[0]
-            _write(packer, writer, stats)
+            yield _taken(packer, stats)
             line_offset += len(lines)
             id_offset += num_ids
 
     group, group_lines = [], 0
-    for path, lines in _read_files(paths, config, stats, on_progress):
+    for name, lines in files:
         if len(lines) >= config.lines_per_batch:
-            packer, previous_was_line = new_packer(path), False
+            packer, previous_was_line = new_packer(name), False
             for start in range(0, len(lines), config.lines_per_batch):
                 flat_ids, codes = _tokenize_lines(
                     tokenizer, lines[start:start + config.lines_per_batch], stats)
                 packer.add_lines(flat_ids, codes)
                 documents, previous_was_line = _count_documents(codes, previous_was_line)
                 stats.documents += documents
-                _write(packer, writer, stats)
-                on_progress(stats.bytes, stats.examples)
+                yield _taken(packer, stats)
+                on_progress(stats.input_bytes, stats.examples)
             packer.finish_document()
-            _write(packer, writer, stats)
+            yield _taken(packer, stats)
             continue
-        group.append((path, lines))
+        group.append((name, lines))
         group_lines += len(lines)
         if group_lines >= config.lines_per_batch:
-            pack_group(group)
+            yield from pack_group(group)
             group, group_lines = [], 0
-    pack_group(group)
+    yield from pack_group(group)
 
 
-def _write(packer, writer, stats):
+def pack_unit(unit, tokenizer, config, stats):
+    """Yields the serialized tf.train.Examples of one unit of work (a corpus file or an
+    archive), updating `stats`: the Beam pipeline's DoFn body. The local jobs run the same
+    `read_units` -> `pack_documents` -> `serialize_packed` over their share of units."""
+    for packed in pack_documents(read_units([unit], config, stats), tokenizer, config, stats):
+        yield from serialize_packed(packed)
+
+
+def pack_files(paths, tokenizer, config, writer, stats, on_progress=lambda b, e: None):
+    """Packs the units `paths` (in this order) into `writer` (a ShardWriter), updating `stats`."""
+    for packed in pack_documents(read_units(paths, config, stats, on_progress), tokenizer,
+                                 config, stats, on_progress):
+        writer.write(packed)
+
+
+def _taken(packer, stats):
     packed = packer.take_examples()
     stats.examples += len(packed)
     stats.tokens += int(packed.num_real_tokens.sum())
     stats.two_segment_examples += int((packed.second_lengths > 0).sum())
-    writer.write(packed)
+    return packed
 
 
 # --- jobs ---------------------------------------------------------------------------------
@@ -271,11 +343,13 @@ def build_pretraining_dataset(config):
     # Fail fast on a bad vocabulary or corpus directory, before touching the output directory.
     tokenizer = load_tokenizer(config.vocab_file, config.sp_model, config.do_lower_case,
                                config.strip_accents)
-    files = corpus_reader.list_corpus_files(config.corpus_dir)
+    files = list_units(config)
     output_dir = str(config.output_dir)
+    check_output_dir(output_dir)
     tf.io.gfile.makedirs(output_dir)
     stale_temps = [p for p in _old_outputs(output_dir) if p.endswith(TEMP_SUFFIX)]
-    remove_files(stale_temps)  # left by a killed run
+    stale_temps += tf.io.gfile.glob(os.path.join(output_dir, SUMMARY_FILE + "*" + TEMP_SUFFIX))
+    remove_files(stale_temps)  # left by a killed run (local or Beam)
     total_bytes = sum(tf.io.gfile.stat(f).length for f in files)
     progress = _Progress(total_bytes, config.progress)
     all_temp_paths = [shard_path(output_dir, i, config.num_shards) + TEMP_SUFFIX
@@ -298,14 +372,20 @@ def build_pretraining_dataset(config):
     remove_files([p for p in _old_outputs(output_dir)
                   if p not in finals and not p.endswith(TEMP_SUFFIX)])
     shard_paths = sorted(commit_shards(new_temps), key=_shard_index)
-    summary = _summary(job_stats, config, seconds, len(files))
+    summary = make_summary(job_stats, config, seconds, len(files))
+    summary["engine"] = f"local, {config.num_processes} process(es)"
     summary["shards"] = [os.path.basename(p) for p in shard_paths]
-    summary_path = os.path.join(output_dir, SUMMARY_FILE)
+    write_summary(output_dir, summary)
+    summary["shard_paths"] = shard_paths
+    return summary
+
+
+def write_summary(output_dir, summary):
+    """The summary JSON, written under a temporary name and renamed (after the shards)."""
+    summary_path = os.path.join(str(output_dir), SUMMARY_FILE)
     with tf.io.gfile.GFile(summary_path + TEMP_SUFFIX, "w") as f:
         json.dump(summary, f, indent=2)
     tf.io.gfile.rename(summary_path + TEMP_SUFFIX, summary_path, overwrite=True)
-    summary["shard_paths"] = shard_paths
-    return summary
 
 
 def _shard_index(path):
@@ -347,13 +427,24 @@ def _run_jobs_in_processes(files, config, progress):
         return result.get()
 
 
-def _summary(job_stats, config, seconds, num_files):
+COUNTS = ("files", "seen_files", "input_bytes", "bytes", "lines", "documents",
+          "corpus_tokens", "examples", "tokens", "two_segment_examples")
+
+
+def total_stats(job_stats):
+    """The sum of JobStats (skipped files sorted: the same list whatever the split)."""
     total = JobStats()
     for stats in job_stats:
-        for field in ("files", "bytes", "lines", "documents", "corpus_tokens", "examples",
-                      "tokens", "two_segment_examples"):
+        for field in COUNTS:
             setattr(total, field, getattr(total, field) + getattr(stats, field))
         total.skipped_files.extend(stats.skipped_files)
+    total.skipped_files.sort()
+    return total
+
+
+def make_summary(job_stats, config, seconds, num_units):
+    """The summary dict of a build from its jobs' (or units') stats."""
+    total = total_stats(job_stats)
     return {
         "documents": total.documents,
         "examples": total.examples,
@@ -361,7 +452,9 @@ def _summary(job_stats, config, seconds, num_files):
         "two_segment_examples": total.two_segment_examples,
         "two_segment_share": total.two_segment_examples / max(1, total.examples),
         "seconds": round(seconds, 3),
-        "corpus_files": num_files,
+        # files seen: corpus files, or archive members (a skipped archive counts once)
+        "corpus_files": total.seen_files,
+        "corpus_units": num_units,  # corpus files, or archives
         "files_read": total.files,
         "skipped_files": total.skipped_files,
         "corpus_bytes": total.bytes,
@@ -377,3 +470,34 @@ def format_summary(summary):
             f"{summary['tokens']:,} tokens, "
             f"{100 * summary['two_segment_share']:.1f}% two-segment, "
             f"{len(summary['skipped_files'])} files skipped, {summary['seconds']:.1f}s")
+
+
+# --- engines ----------------------------------------------------------------------------------
+def _beam_builder():
+    """data.beam_builder, or a DataError saying how to install Apache Beam."""
+    try:
+        from data import beam_builder
+    except ImportError as e:
+        if "apache_beam" not in str(e):
+            raise
+        raise DataError("--runner needs Apache Beam, which is not installed: "
+                        "pip install -e '.[beam]'") from None
+    return beam_builder
+
+
+def build(config, runner=None, beam_args=(), dry_run=False):
+    """The build on the chosen engine: the local processes (`runner` None) or a Beam runner
+    (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) with the Beam flags
+    `beam_args`. Returns the summary, or with `dry_run` (Beam only) a one-line description of
+    the pipeline that would run."""
+    if runner is None:
+        if beam_args:
+            raise DataError(f"unknown flag(s): {' '.join(beam_args)} (Apache Beam pipeline "
+                            "options need --runner)")
+        if dry_run:
+            raise DataError("--dry_run needs --runner (it builds a Beam pipeline without "
+                            "running it)")
+        return build_pretraining_dataset(config)
+    if dry_run:
+        return _beam_builder().dry_run(config, runner, beam_args)
+    return _beam_builder().build_with_beam(config, runner, beam_args)

@@ -33,6 +33,20 @@ def serialize_example(input_ids, input_mask, segment_ids):
     return example.SerializeToString(deterministic=True)
 
 
+def serialize_packed(packed):
+    """A `PackedExamples` batch as serialized tf.train.Examples (a list of bytes), in order.
+
+    Both engines write these bytes: the local builder (`ShardWriter.write`) and the Beam
+    pipeline (data/beam_builder.py), so their examples are byte-equal."""
+    if not len(packed):
+        return []
+    ids = packed.input_ids.tolist()
+    masks = packed.input_mask().tolist()
+    segments = packed.segment_ids().tolist()
+    return [serialize_example(row_ids, row_mask, row_segments)
+            for row_ids, row_mask, row_segments in zip(ids, masks, segments)]
+
+
 class ShardWriter:
     """Writes examples round-robin over the shards `shard_indices` of `num_shards` (temp names)."""
 
@@ -44,14 +58,9 @@ class ShardWriter:
 
     def write(self, packed):
         """Writes a `PackedExamples` batch."""
-        if not len(packed):
-            return
-        ids = packed.input_ids.tolist()
-        masks = packed.input_mask().tolist()
-        segments = packed.segment_ids().tolist()
         writers, count = self._writers, len(self._writers)
-        for row_ids, row_mask, row_segments in zip(ids, masks, segments):
-            writers[self._next % count].write(serialize_example(row_ids, row_mask, row_segments))
+        for record in serialize_packed(packed):
+            writers[self._next % count].write(record)
             self._next += 1
 
     def close(self):

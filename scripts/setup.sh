@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (once) and install the toolkit into it, editable.
 #   bash scripts/setup.sh         # the toolkit: TensorFlow 2.21 (2.20 also works), tensorflow-text, Keras 3, ...
-#   bash scripts/setup.sh test    # plus pytest, torch 2.13 (CPU), transformers and JAX for the tests
+#   bash scripts/setup.sh test    # plus pytest, torch 2.13 (CPU), transformers, JAX and Apache Beam for the tests
+#   bash scripts/setup.sh beam    # plus Apache Beam: the shard builder on a Beam runner (`dataflow`: with its GCP clients)
 #   bash scripts/setup.sh tpu     # a TPU VM: TensorFlow 2.20 with tensorflow-tpu, cloud-tpu-client
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -24,6 +24,7 @@ Everything is generated under tmp_path (a 50 MB corpus line once per session); n
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -265,6 +266,42 @@ def _c(case_id, prepare, expected):
     return pytest.param(case_id, prepare, expected, id=case_id)
 
 
+# The builders as an Apache Beam pipeline (--runner=DirectRunner; the `beam` extra).
+_NEEDS_BEAM = pytest.mark.skipif(importlib.util.find_spec("apache_beam") is None,
+                                 reason="Apache Beam is not installed (pip install -e '.[beam]')")
+
+
+def _beam_c(case_id, prepare, expected):
+    return pytest.param(case_id, lambda d, a: prepare(d, a) + ["--runner=DirectRunner"],
+                        expected, id=case_id, marks=_NEEDS_BEAM)
+
+
+def _tar_xz(files):
+    """The bytes of a tar.xz archive of text files {name: text}."""
+    import io
+    import tarfile
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:xz") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return out.getvalue()
+
+
+def _owt_builder(d, a, archives):
+    """build_openwebtext_pretraining_dataset.py over <d>/owt/openwebtext/{name: bytes}."""
+    for name, data in archives.items():
+        _write(d / "owt" / "openwebtext" / name, data)
+    return _script("build_openwebtext_pretraining_dataset.py") + [
+        f"--data_dir={d / 'owt'}", f"--vocab_file={a['vocab']}", f"--output_dir={d / 'out'}",
+        "--num_shards=2", f"--max_seq_length={SEQ}", "--noprogress"]
+
+
+_GOOD_ARCHIVE = _tar_xz({f"doc{i}.txt": "The first sentence is here.\nA new document.\n"
+                         for i in range(5)})
+
+
 CASES = [
     # ---- corpus -------------------------------------------------------------------------------
     _c("corpus_empty_dir_vocab", lambda d, a: _vocab_builder(d, _mkdir(d / "corpus")),
@@ -385,6 +422,20 @@ CASES = [
     _c("flags_output_is_file_lm", lambda d, a: _lm(d, a) + [
         f"--model_dir={_write(d / 'out' / 'lm_file', 'an earlier file')}"],
        lambda d, a: [str(d / "out" / "lm_file")]),
+    # ---- the builders as a Beam pipeline (--runner=DirectRunner) ------------------------------
+    _beam_c("corpus_missing_dir_builder_beam", lambda d, a: _builder(d, a, d / "no_corpus"),
+            lambda d, a: [str(d / "no_corpus"), "not found"]),
+    _beam_c("corpus_bad_archive_owt_beam", lambda d, a: _owt_builder(d, a, {
+        "urlsf_subset00-0_data.xz": _GOOD_ARCHIVE,
+        "urlsf_subset00-1_data.xz": _GOOD_ARCHIVE[:len(_GOOD_ARCHIVE) // 2]}),
+            lambda d, a: [str(d / "owt" / "openwebtext" / "urlsf_subset00-1_data.xz"),
+                          "not a valid .xz"]),
+    _beam_c("vocab_missing_builder_beam", lambda d, a: _builder(d, a, a["corpus"],
+                                                                d / "nope.txt"),
+            lambda d, a: [str(d / "nope.txt"), "not found"]),
+    _beam_c("flags_output_is_file_builder_beam", lambda d, a: _builder(
+        d, a, a["corpus"], None, _write(d / "out" / "shards", "an earlier file\n")),
+        lambda d, a: [str(d / "out" / "shards"), "is a file"]),
 ]
 
 
