@@ -11,7 +11,7 @@ pipeline options (as --flag=value), see build_pretraining_dataset.py and docs/DA
 import os
 import sys
 
-from base.command import quiet_tensorflow  # noqa: E402
+from base.command import parse_known_flags, quiet_tensorflow  # noqa: E402
 quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from absl import app, flags  # noqa: E402
@@ -63,11 +63,7 @@ def main(argv):
 
 def parse_flags(argv):
     """The builder's flags; what is left (but argv[0]) goes to Beam as pipeline options."""
-    try:
-        return FLAGS(argv, known_only=True)
-    except flags.Error as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    return parse_known_flags(FLAGS, argv)
 
 
 if __name__ == "__main__":

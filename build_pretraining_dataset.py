@@ -17,7 +17,7 @@ Flags the builder does not know are passed to Beam as pipeline options (write th
 import os
 import sys
 
-from base.command import quiet_tensorflow  # noqa: E402
+from base.command import parse_known_flags, quiet_tensorflow  # noqa: E402
 quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from absl import app, flags  # noqa: E402
@@ -73,11 +73,7 @@ def run(config, runner=None, beam_args=(), dry_run=False):
 
 def parse_flags(argv):
     """The builder's flags; what is left (but argv[0]) goes to Beam as pipeline options."""
-    try:
-        return FLAGS(argv, known_only=True)
-    except flags.Error as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    return parse_known_flags(FLAGS, argv)
 
 
 def main(argv):

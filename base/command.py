@@ -81,3 +81,13 @@ def run_command(run_fn, argv, error_types):
             raise
         error_line(e)
         return getattr(e, "exit_code", 1)
+
+
+def parse_known_flags(flag_values, argv):
+    """absl's parse of the flags `flag_values` defines; what it does not know is returned (a
+    builder hands it to Beam as pipeline options). A bad flag value: the one-line error exit."""
+    from absl import flags
+    try:
+        return flag_values(argv, known_only=True)
+    except flags.Error as e:
+        exit_with_error(e, 1)

@@ -18,6 +18,8 @@ import struct
 
 import numpy as np
 
+from base.protowire import fields, varint
+
 from data.errors import DataError
 from base import fileio
 
@@ -114,41 +116,6 @@ def count_records(path):
     return count
 
 
-def _varint(buf, pos):
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf):
-    """(field number, wire type, value) of a protobuf message; value = bytes for length-
-    delimited fields, an int for varints."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length, pos = _varint(buf, pos)
-            yield number, wire, buf[pos:pos + length]
-            pos += length
-        elif wire == 0:
-            value, pos = _varint(buf, pos)
-            yield number, wire, value
-        elif wire == 5:
-            yield number, wire, buf[pos:pos + 4]
-            pos += 4
-        elif wire == 1:
-            yield number, wire, buf[pos:pos + 8]
-            pos += 8
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-
-
 def _payload(number, wire, value):
     """The bytes of a field that must be length-delimited (a message, a string); another wire
     type is a malformed Example, as for protobuf's own parser."""
@@ -160,10 +127,10 @@ def _payload(number, wire, value):
 def _int64_list(feature):
     """Feature{int64_list = 3: Int64List{value = 1 (packed or not)}} -> list of ints."""
     values = []
-    for number, wire, value in _fields(feature):
+    for number, wire, value in fields(feature):
         if number != 3:
             continue
-        for inner_number, inner_wire, inner in _fields(_payload(number, wire, value)):
+        for inner_number, inner_wire, inner in fields(_payload(number, wire, value)):
             if inner_number != 1:
                 continue
             if inner_wire == 0:
@@ -172,7 +139,7 @@ def _int64_list(feature):
                 inner = _payload(inner_number, inner_wire, inner)
                 pos = 0
                 while pos < len(inner):
-                    v, pos = _varint(inner, pos)
+                    v, pos = varint(inner, pos)
                     values.append(v)
     return [v - (1 << 64) if v >= 1 << 63 else v for v in values]
 
@@ -181,14 +148,14 @@ def parse_example(record, names=FEATURES):
     """{name: list of ints} of the int64 features `names` (None: all) of one serialized
     tf.train.Example."""
     out = {}
-    for number, wire, features in _fields(record):           # Example.features = 1
+    for number, wire, features in fields(record):           # Example.features = 1
         if number != 1:
             continue
-        for entry_number, wire, entry in _fields(_payload(number, wire, features)):
+        for entry_number, wire, entry in fields(_payload(number, wire, features)):
             if entry_number != 1:                              # Features.feature = 1 (map entries)
                 continue
             key, value = "", None                             # protobuf's defaults
-            for n, w, v in _fields(_payload(entry_number, wire, entry)):
+            for n, w, v in fields(_payload(entry_number, wire, entry)):
                 if n == 1:
                     key = bytes(_payload(n, w, v)).decode("utf-8")
                 elif n == 2:

@@ -18,6 +18,7 @@ import struct
 import numpy as np
 
 from base import fileio
+from base.protowire import fields, varint
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
@@ -32,44 +33,9 @@ class TensorBundleError(ValueError):
 
 
 # ------------------------------------------------------------------------------- encodings
-def _varint(data, pos):
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise TensorBundleError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _proto_fields(data):
-    """[(field number, wire type, value)] of a serialized protobuf message (varints as ints,
-    length-delimited as bytes, fixed32/64 as ints)."""
-    fields, pos = [], 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = struct.unpack_from("<Q", data, pos)[0], pos + 8
-        elif wire == 2:
-            size, pos = _varint(data, pos)
-            value, pos = bytes(data[pos:pos + size]), pos + size
-        elif wire == 5:
-            value, pos = struct.unpack_from("<I", data, pos)[0], pos + 4
-        else:
-            raise TensorBundleError(f"unsupported protobuf wire type {wire}")
-        fields.append((number, wire, value))
-    return fields
-
-
 def _snappy_decompress(data):
     """Raw snappy (the table's block compression 1)."""
-    length, pos = _varint(data, 0)
+    length, pos = varint(data, 0)
     out = bytearray()
     while pos < len(data):
         tag = data[pos]
@@ -125,9 +91,9 @@ def _block_entries(block):
     end = len(block) - 4 - 4 * num_restarts
     entries, pos, key = [], 0, b""
     while pos < end:
-        shared, pos = _varint(block, pos)
-        unshared, pos = _varint(block, pos)
-        value_size, pos = _varint(block, pos)
+        shared, pos = varint(block, pos)
+        unshared, pos = varint(block, pos)
+        value_size, pos = varint(block, pos)
         key = key[:shared] + block[pos:pos + unshared]
         pos += unshared
         entries.append((key, block[pos:pos + value_size]))
@@ -142,14 +108,14 @@ def read_table(data):
     footer = data[-FOOTER_SIZE:]
     if struct.unpack_from("<Q", footer, 40)[0] != TABLE_MAGIC:
         raise TensorBundleError("not a checkpoint index (bad table magic)")
-    _, pos = _varint(footer, 0)                 # metaindex handle: unused
-    _, pos = _varint(footer, pos)
-    index_offset, pos = _varint(footer, pos)
-    index_size, pos = _varint(footer, pos)
+    _, pos = varint(footer, 0)                 # metaindex handle: unused
+    _, pos = varint(footer, pos)
+    index_offset, pos = varint(footer, pos)
+    index_size, pos = varint(footer, pos)
     table = {}
     for _, handle in _block_entries(_block(data, index_offset, index_size)):
-        offset, p = _varint(handle, 0)
-        size, _ = _varint(handle, p)
+        offset, p = varint(handle, 0)
+        size, _ = varint(handle, p)
         table.update(_block_entries(_block(data, offset, size)))
     return table
 
@@ -157,13 +123,13 @@ def read_table(data):
 def _entry(value):
     """(dtype enum, shape, shard id, offset, size, sliced) of a BundleEntryProto."""
     dtype, shape, shard, offset, size, sliced = 0, [], 0, 0, 0, False
-    for number, _, v in _proto_fields(value):
+    for number, _, v in fields(value):
         if number == 1:
             dtype = v
         elif number == 2:
-            for dim_number, _, dim in _proto_fields(v):
+            for dim_number, _, dim in fields(v):
                 if dim_number == 2:
-                    shape.append(dict((n, x) for n, _, x in _proto_fields(dim)).get(1, 0))
+                    shape.append(dict((n, x) for n, _, x in fields(dim)).get(1, 0))
         elif number == 3:
             shard = v
         elif number == 4:
@@ -205,17 +171,17 @@ def latest_prefix(directory):
 def read_tensor_bundle(prefix):
     """{name: array} of every numeric, unpartitioned tensor of the checkpoint at `prefix`."""
     index_path = prefix + ".index"
-    try:
+    try:   # TensorBundleError is a ValueError, as is an unknown wire type; truncation: IndexError
         table = read_table(fileio.read_bytes(index_path))
-    except (TensorBundleError, struct.error, IndexError) as e:
+        header = dict((n, v) for n, _, v in fields(table.pop(b"", b"")))
+        entries = {key: _entry(value) for key, value in table.items()}
+    except (ValueError, struct.error, IndexError) as e:
         raise TensorBundleError(f"{index_path}: {e}") from None
-    header = dict((n, v) for n, _, v in _proto_fields(table.pop(b"", b"")))
     num_shards = header.get(1, 1)
     if header.get(2, 0) != 0:
         raise TensorBundleError(f"{index_path}: a big-endian checkpoint")
     shards, tensors = {}, {}
-    for key, value in table.items():
-        dtype, shape, shard, offset, size, sliced = _entry(value)
+    for key, (dtype, shape, shard, offset, size, sliced) in entries.items():
         if dtype == DT_STRING or sliced:
             continue
         if shard not in shards:

@@ -74,7 +74,8 @@ def test_every_package_imports_only_lower_layers():
 def test_base_imports_no_toolkit_package():
     assert imports_of("base", set(LAYER_OF) - {"base"}) == []
     assert sorted(p.name for p in python_files("base")) == ["__init__.py", "command.py",
-                                                            "fileio.py", "plots.py"]
+                                                            "fileio.py", "plots.py",
+                                                            "protowire.py"]
 
 
 def test_model_holds_no_file_access_or_optimizer_module():
