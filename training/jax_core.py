@@ -30,8 +30,8 @@ variables and computes its loss and metric sums with keras.ops; the core owns th
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
   the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
 
-`make_step` / `fit` take a Keras model and a `loss_and_metrics(outputs, batch)` function instead
-of a Task (benchmarks and tests of the core itself). Same `TrainSettings` as TensorFlow's core;
+`make_step` takes a Keras model and a `loss_and_metrics(outputs, batch)` function instead of a
+Task: the same step, for benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core;
 not here: TensorBoard, loss scaling (mixed_float16).
 """
 import os
@@ -232,9 +232,13 @@ class JaxTrainingCore:
                  summary_extra=None, started_at=None, train_step=None, after_save=None,
                  checkpoint_every=None):
         """Train the built task from the newest checkpoint of `checkpoint_dir` (or step 0) to
-        settings.total_steps; `task.export(export_dir)` at the end. train_step: a
-        `task_step()` to reuse (one is compiled otherwise); after_save / checkpoint_every: as
-        in `fit`."""
+        settings.total_steps; `task.export(export_dir)` at the end, with the trained values
+        assigned back to the variables. train_step: a `task_step()` to reuse (one is compiled
+        otherwise); one made with `host_learning_rate` is fed `schedule(step)` each step.
+        after_save(step): called at every save point (every `save_every` steps and at the end,
+        with or without a `checkpoint_dir`) with the current values assigned to the variables
+        (held-out curves). checkpoint_every: write the checkpoint only at save points that are
+        a multiple of it (and at the end); after_save still sees every save point."""
         task = self.task
         export = None if export_dir is None else (lambda: task.export(export_dir))
         return self._fit(self.task_variables(), self.schedule, task.host_batches,
@@ -259,30 +263,6 @@ class JaxTrainingCore:
             return loss, metrics, non_trainable
 
         return self._step(forward, optimizer, host_learning_rate)
-
-    def fit(self, model, optimizer, schedule, loss_and_metrics, make_batches, summarize,
-            describe, checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
-            started_at=None, train_step=None, after_save=None, checkpoint_every=None):
-        """Train `model` from the newest checkpoint of `checkpoint_dir` (or step 0) to
-        total_steps.
-
-        make_batches(skip_batches) -> iterator of global batches; summarize(sums, num_steps) ->
-        the window record; describe(record) -> the progress line's objective part; export() is
-        called at the end with the trained values assigned back to the variables.
-        train_step: a step of `make_step` to reuse (a fresh one is compiled otherwise); one made
-        with `host_learning_rate` is fed `schedule(step)` each step. after_save(step): called at
-        every save point (every `save_every` steps and at the end, with or without a
-        `checkpoint_dir`) with the current values assigned to the variables (held-out curves).
-        checkpoint_every: write the checkpoint only at save points that are a multiple of it
-        (and at the end); after_save still sees every save point."""
-        variables = (model.trainable_variables, model.non_trainable_variables,
-                     optimizer.variables)
-        return self._fit(variables, schedule, make_batches, summarize, describe,
-                         train_step or self.make_step(model, optimizer, loss_and_metrics),
-                         checkpoint_dir=checkpoint_dir, export=export,
-                         summary_path=summary_path, summary_extra=summary_extra,
-                         started_at=started_at, after_save=after_save,
-                         checkpoint_every=checkpoint_every, label=self.label)
 
     # ------------------------------------------------------------------ shared
     def _step(self, forward, optimizer, host_learning_rate):

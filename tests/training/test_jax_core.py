@@ -1,4 +1,4 @@
-"""training/jax_core.py's step options on a toy regression (KERAS_BACKEND=jax, in a subprocess
+"""training/jax_core.py's step options on a toy regression Task (KERAS_BACKEND=jax, in a subprocess
 with `tensorflow` unimportable): a learning rate fed from the host trains exactly as the schedule
 traced into the optimizer; steps_per_loop > 1 gives the same run as one step per call; after_save
 sees every save point with the current values; a precompiled step is the jitted step."""
@@ -19,6 +19,7 @@ import keras
 from training import optimization
 from training.jax_core import JaxTrainingCore, host_learning_rate, precompile
 from training.settings import TrainSettings
+from training.task import Task
 
 
 class Toy(keras.Model):
@@ -31,9 +32,27 @@ class Toy(keras.Model):
         return {"y": self.d2(self.d1(batch["x"]))[:, 0]}
 
 
-def loss_and_metrics(outputs, batch):
-    err = outputs["y"] - batch["t"]
-    return keras.ops.mean(err ** 2), {"abs_err": keras.ops.sum(keras.ops.abs(err))}
+class ToyTask(Task):
+    # A regression Task: what the core trains (training/task.py).
+
+    def build(self):
+        keras.utils.set_random_seed(0)
+        self.model = Toy()
+        self.model({"x": data[0]["x"]})
+        return self.model
+
+    def named_variables(self):
+        return {v.path: v for v in self.model.trainable_variables}
+
+    def host_batches(self, skip):
+        return iter(data[skip:])
+
+    def compute(self, batch, step, denominators):
+        err = self.model(batch, training=True)["y"] - batch["t"]
+        return keras.ops.mean(err ** 2), {"abs_err": keras.ops.sum(keras.ops.abs(err))}
+
+    def describe(self, record):
+        return ""
 
 
 rng = np.random.default_rng(0)
@@ -41,35 +60,21 @@ data = [{"x": rng.normal(size=(4, 3)).astype("float32"),
          "t": rng.normal(size=(4,)).astype("float32")} for _ in range(12)]
 
 
-def batches(skip):
-    return iter(data[skip:])
-
-
 def run(host, steps_per_loop, pre=False):
-    keras.utils.set_random_seed(0)
-    model = Toy()
-    model({"x": data[0]["x"]})
-    schedule = optimization.linear_warmup_linear_decay(0.05, 3, 12)
-    optimizer = optimization.AdamWeightDecay(0.05 if host else schedule, weight_decay_rate=0.01,
-                                             clip_norm=1.0)
-    optimizer.build(model.trainable_variables)
-    settings = TrainSettings(total_steps=12, batch_size=4, learning_rate=0.05, log_every=4,
-                             save_every=4, steps_per_loop=steps_per_loop)
-    core = JaxTrainingCore(settings, log=lambda *_: None)
-    step = core.make_step(model, optimizer, loss_and_metrics, host_learning_rate=host)
+    settings = TrainSettings(total_steps=12, batch_size=4, learning_rate=0.05, warmup_steps=3,
+                             weight_decay_rate=0.01, clip_norm=1.0, log_every=4, save_every=4,
+                             steps_per_loop=steps_per_loop)
+    task = ToyTask()
+    core = JaxTrainingCore(settings, log=lambda *_: None).build(task, host_learning_rate=host)
+    model = task.model
+    step = core.task_step(host_learning_rate=host)
     if pre:
-        state = tuple([v.value for v in g] for g in (model.trainable_variables,
-                      model.non_trainable_variables, optimizer.variables))
-        precompile([("toy", step, (state, data[0], np.int64(0), np.float32(0)))],
+        precompile([("toy", step, (core.task_state(), data[0], np.int64(0), np.float32(0)))],
                    log=lambda *_: None)
         assert step.compiled is not None
     saves = []
-    summary = core.fit(model, optimizer, schedule, loss_and_metrics, batches,
-                       summarize=lambda s, n: {"loss": float(s["loss"]) / n,
-                                               "abs_err": float(s["abs_err"]) / n},
-                       describe=lambda r: "", train_step=step,
-                       after_save=lambda k: saves.append(
-                           [k, float(np.asarray(model.d2.kernel.value).sum())]))
+    summary = core.fit_task(train_step=step, after_save=lambda k: saves.append(
+        [k, float(np.asarray(model.d2.kernel.value).sum())]))
     return {"history": [[h["step"], h["loss"], h["abs_err"], h["learning_rate"]]
                         for h in summary["history"]],
             "saves": saves,
