@@ -8,6 +8,8 @@ import os
 
 import tensorflow as tf
 
+from base import protowire
+
 SHARD_PREFIX = "pretrain_data.tfrecord"
 TEMP_SUFFIX = ".incomplete"
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
@@ -17,20 +19,50 @@ def shard_path(output_dir, index, num_shards):
     return os.path.join(str(output_dir), f"{SHARD_PREFIX}-{index}-of-{num_shards}")
 
 
-def _int64_feature(values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-
 def serialize_example(input_ids, input_mask, segment_ids):
     """One tf.train.Example with the three int64[max_seq_length] features."""
-    example = tf.train.Example(features=tf.train.Features(feature={
-        "input_ids": _int64_feature(input_ids),
-        "input_mask": _int64_feature(input_mask),
-        "segment_ids": _int64_feature(segment_ids),
-    }))
-    # deterministic: map fields (the feature dict) in key order, so the same examples give
-    # byte-identical shards (protobuf does not fix map order otherwise).
-    return example.SerializeToString(deterministic=True)
+    return serialize_int64_examples({"input_ids": [input_ids], "input_mask": [input_mask],
+                                     "segment_ids": [segment_ids]})[0]
+
+
+def serialize_int64_examples(features):
+    """Serialized tf.train.Examples, one per row of the integer arrays `features` (name ->
+    [n, length]): byte for byte what `tf.train.Example(...).SerializeToString(deterministic=True)`
+    gives (features in key order, each an Int64List of packed varints; tests/data check it), at
+    a few microseconds per example instead of ~20 for building the protobuf objects. The
+    varints are encoded for the whole batch at once (numpy); per example only the message
+    headers, which depend on the payload sizes alone, are joined."""
+    names = sorted(features)
+    encoded = [(name.encode(), *protowire.packed_varints(features[name])) for name in names]
+    count = len(encoded[0][2]) - 1 if encoded else 0
+    headers, example_headers = {}, {}   # prefixes by payload size
+
+    def header(key, size):
+        # map entry { key: name, value: Feature { int64_list: Int64List { packed value } } };
+        # an empty list is an empty Int64List (no packed field at all)
+        values = b"\x0a" + protowire.encode_varint(size) if size else b""
+        int64_list = len(values) + size
+        feature = b"\x1a" + protowire.encode_varint(int64_list) + values
+        value = b"\x12" + protowire.encode_varint(len(feature) + size) + feature
+        name = b"\x0a" + protowire.encode_varint(len(key)) + key
+        return b"\x0a" + protowire.encode_varint(len(name) + len(value) + size) + name + value
+
+    records = []
+    for i in range(count):
+        parts = []
+        for key, payload, offsets in encoded:
+            start, end = offsets[i], offsets[i + 1]
+            prefix = headers.get((key, end - start))
+            if prefix is None:
+                prefix = headers[key, end - start] = header(key, end - start)
+            parts.append(prefix)
+            parts.append(payload[start:end])
+        body = b"".join(parts)
+        prefix = example_headers.get(len(body))
+        if prefix is None:
+            prefix = example_headers[len(body)] = b"\x0a" + protowire.encode_varint(len(body))
+        records.append(prefix + body)
+    return records
 
 
 def serialize_packed(packed):
@@ -40,11 +72,9 @@ def serialize_packed(packed):
     pipeline (data/beam_builder.py), so their examples are byte-equal."""
     if not len(packed):
         return []
-    ids = packed.input_ids.tolist()
-    masks = packed.input_mask().tolist()
-    segments = packed.segment_ids().tolist()
-    return [serialize_example(row_ids, row_mask, row_segments)
-            for row_ids, row_mask, row_segments in zip(ids, masks, segments)]
+    return serialize_int64_examples({"input_ids": packed.input_ids,
+                                     "input_mask": packed.input_mask(),
+                                     "segment_ids": packed.segment_ids()})
 
 
 class ShardWriter:
