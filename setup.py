@@ -32,8 +32,10 @@ setup(
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
         # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
         # apache-beam: the Beam builder's tests (tests/data/test_beam_builder.py, the `*_beam`
-        # cases of tests/test_bad_inputs.py) run on the DirectRunner.
-        "test": ["pytest", "hypothesis", "torch==2.13.0", "transformers>=5", "jax[cpu]",
+        # cases of tests/test_bad_inputs.py) run on the DirectRunner. pytest-xdist runs the suite
+        # on both cores (scripts/test.sh); coverage measures it (scripts/coverage.sh).
+        "test": ["pytest", "pytest-xdist>=3.6", "coverage>=7.10", "hypothesis", "torch==2.13.0",
+                 "transformers>=5", "jax[cpu]",
                  "apache-beam>=2.77,<3"],
         # The shard builder as an Apache Beam pipeline (build_pretraining_dataset.py --runner=...):
         # the DirectRunner, and Flink/Spark through their job servers. Beam 2.77 holds protobuf

@@ -276,12 +276,21 @@ def finetune_inputs():
     return shared_path("data", "glue"), shared_path("data", "vocab", "bert-uncased-vocab.txt")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
-def test_interrupted_finetuning_reruns_to_the_same_metrics(finetune_inputs, tmp_path, sig):
+@pytest.fixture(scope="module")
+def finetune_reference(finetune_inputs, tmp_path_factory):
+    """The uninterrupted run both signals are compared with (made once)."""
     glue_dir, vocab = finetune_inputs
-    reference = tmp_path / "reference"
+    reference = tmp_path_factory.mktemp("finetune_reference")
     proc = _run(_finetune_cmd(glue_dir, vocab, reference))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return reference
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_interrupted_finetuning_reruns_to_the_same_metrics(finetune_inputs, finetune_reference,
+                                                           tmp_path, sig):
+    glue_dir, vocab = finetune_inputs
+    reference = finetune_reference
     model_dir = tmp_path / "interrupted"
     cmd = _finetune_cmd(glue_dir, vocab, model_dir)
     code, out, err = _start_and_signal(cmd, driver_env(), sig, f"sst: step {FT_SIGNAL_AT}/")
