@@ -10,7 +10,8 @@ bash scripts/setup.sh test
 rm -rf .coverage_data && mkdir -p .coverage_data
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=3 JAX_PLATFORMS=cpu
 export COVERAGE_RCFILE="$PWD/.coveragerc" CONVBERT_ROOT="$PWD"
-parallel=(-n "${CONVBERT_TEST_WORKERS:-$(nproc)}" --dist loadfile --no-loadscope-reorder)
+cores=$(nproc)
+parallel=(-n "${CONVBERT_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}" --dist loadfile --no-loadscope-reorder)
 .venv/bin/python -m coverage run -m pytest -q "${parallel[@]}" "$@" || true
 KERAS_BACKEND=jax .venv/bin/python -m coverage run -m pytest -q "${parallel[@]}" tests/model "$@" \
   || true

@@ -1,0 +1,50 @@
+"""benchmarks/bench_builders.py (the whole-process builder comparison of docs/PERFORMANCE.md) on a
+two-file corpus, one pass: every configuration runs, the rows reach --out, the table is printed,
+and all our builds hold the same number of examples. ELECTRA's builder is stood in for by a fake
+checkout whose script writes one TFRecord of two records (the harness only runs and counts)."""
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT, shared_path
+
+FAKE_ELECTRA = '''
+import argparse, os
+import tensorflow as tf
+p = argparse.ArgumentParser()
+for flag in ("--corpus-dir", "--vocab-file", "--output-dir", "--max-seq-length", "--num-processes"):
+    p.add_argument(flag)
+args = p.parse_args()
+os.makedirs(args.output_dir, exist_ok=True)
+with tf.io.TFRecordWriter(os.path.join(args.output_dir, "pretrain_data.tfrecord-0-of-1")) as w:
+    w.write(b"a")
+    w.write(b"b")
+'''
+
+
+def test_every_build_runs_and_is_reported(tmp_path):
+    shared_path("data", "vocab", "bert-uncased-vocab.txt")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("The first sentence is here.\nAnd a second one.\n\nA new one.\n"
+                                  * 20)
+    (corpus / "b.txt").write_text("Another file with words.\nMore words follow here.\n" * 20)
+    electra = tmp_path / "electra"
+    electra.mkdir()
+    (electra / "build_pretraining_dataset.py").write_text(FAKE_ELECTRA)
+    out = tmp_path / "rows.jsonl"
+    proc = subprocess.run([sys.executable, "benchmarks/bench_builders.py", "--passes", "1",
+                           f"--corpus_dir={corpus}", f"--electra_dir={electra}",
+                           "--settle_max_s", "0", f"--out={out}"], cwd=REPO_ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["build"] for r in rows] == [
+        "local, 1 process", "local, 2 processes", "Beam DirectRunner, 1 worker",
+        "Beam DirectRunner, 2 workers", "ELECTRA, 1 process", "ELECTRA, 2 processes"]
+    ours = {r["examples"] for r in rows[:4]}
+    assert len(ours) == 1 and ours.pop() > 0 and [r["examples"] for r in rows[4:]] == [2, 2]
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 for r in rows)
+    assert "| local, 1 process |" in proc.stdout and "| ELECTRA, 2 processes |" in proc.stdout
