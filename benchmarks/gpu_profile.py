@@ -1,8 +1,10 @@
-"""Where a fine-tuning step's time goes on an accelerator: one ConvBERT-small GLUE step (bf16, batch
-32 x 128), compiled alone, timed, then traced with the JAX profiler; the device kernels summed by
-name (top 30) and the device-busy fraction of the traced wall time.
+"""Where a training step's time goes on an accelerator: one ConvBERT-small GLUE step (bf16, batch
+32 x 128) or, with --rtd, one RTD pre-training step of the gpu_budget recipe (bf16, batch 128 x 128,
+generator 1/4, the step reproduce/gpu_budget.py trains with), compiled alone, timed, then traced
+with the JAX profiler; the device kernels summed by name (top 30) and the device-busy fraction of
+the traced wall time.
 
-    KERAS_BACKEND=jax python benchmarks/gpu_profile.py --output_dir=DIR [--steps 20] [--electra]
+    KERAS_BACKEND=jax python benchmarks/gpu_profile.py --output_dir=DIR [--steps 20] [--electra] [--rtd]
 
 Writes DIR/profile.json (step time, busy fraction, top kernels) and DIR/trace.json.gz (the
 Perfetto trace, open in ui.perfetto.dev). Made after the first GPU run measured 19 ms per
@@ -47,6 +49,58 @@ def summarize_trace(path, top=30):
                               key=lambda x: -x[1])[:top]}
 
 
+def finetune_step(args):
+    """(jitted step, state, batch): a ConvBERT-small (or ELECTRA-small) SST-2 step, batch 32."""
+    import numpy as np
+    from finetune.hparams import FinetuneHParams
+    from finetune.jax_trainer import JaxFinetuner
+    from model import ConvBertConfig
+    config = ConvBertConfig.from_size("small")
+    if args.electra:
+        config = config.replace(conv_type="none", head_ratio=1)
+    if args.layers:
+        config = config.replace(num_hidden_layers=args.layers)
+    hp = FinetuneHParams(model_size="small", precision="bf16").for_task("sst")
+    finetuner = JaxFinetuner(config, "sst", hp)
+    rng = np.random.default_rng(0)
+    batch = {"input_ids": rng.integers(1000, 30000, (32, 128)).astype(np.int32),
+             "input_mask": np.ones((32, 128), np.int32),
+             "segment_ids": np.zeros((32, 128), np.int32),
+             "label_ids": rng.integers(0, 2, 32).astype(np.int32),
+             "example_id": np.arange(32, dtype=np.int32)}
+    return finetuner.train_step, finetuner.core.task_state(), batch
+
+
+def rtd_step(args):
+    """(jitted step, state, batch): the gpu_budget recipe's RTD step (reproduce/gpu_budget.py),
+    ConvBERT-small or ELECTRA-small, batch 128 x 128 of random ids, BERT uncased special ids."""
+    import numpy as np
+    from pretrain.hparams import make_hparams
+    from pretrain.jax_trainer import pretraining_core
+    from reproduce.gpu_budget import GPU_BUDGET
+    from reproduce.recipes import ELECTRA_ARCHITECTURE
+    overrides = dict(GPU_BUDGET.pretrain)
+    arch = dict(overrides.pop("model_hparam_overrides", {}))
+    if args.electra:
+        arch.update(ELECTRA_ARCHITECTURE)
+    if args.layers:
+        arch["num_hidden_layers"] = args.layers
+    hp = make_hparams(overrides={**overrides, "model_hparam_overrides": arch,
+                                 "model_name": "electra" if args.electra else "convbert",
+                                 "vocab_size": 30522, "num_train_steps": 1000,
+                                 "num_warmup_steps": 100})
+    special = {"cls_id": 101, "sep_id": 102, "mask_id": 103}
+    _, core = pretraining_core(hp, [], hp.vocab_size, special, log=print,
+                               host_learning_rate=True)
+    b, t = hp.train_batch_size, hp.max_seq_length
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30000, (b, t)).astype(np.int32)
+    ids[:, 0], ids[:, -1] = special["cls_id"], special["sep_id"]
+    batch = {"input_ids": ids, "input_mask": np.ones((b, t), np.int32),
+             "segment_ids": np.zeros((b, t), np.int32)}
+    return core.task_step(host_learning_rate=True), core.task_state(), batch
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,13 +109,10 @@ def main():
     ap.add_argument("--traced_steps", type=int, default=3)
     ap.add_argument("--electra", action="store_true")
     ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--rtd", action="store_true", help="the RTD pre-training step instead")
     args = ap.parse_args()
     import jax
-    import keras
     import numpy as np
-    from finetune.hparams import FinetuneHParams
-    from finetune.jax_trainer import JaxFinetuner
-    from model import ConvBertConfig
     os.makedirs(args.output_dir, exist_ok=True)
     out = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
            "xla_flags": os.environ.get("XLA_FLAGS", "")}
@@ -71,22 +122,10 @@ def main():
             json.dump(out, f, indent=2)
 
     started = time.time()
-    config = ConvBertConfig.from_size("small")
-    if args.electra:
-        config = config.replace(conv_type="none", head_ratio=1)
-    if args.layers:
-        config = config.replace(num_hidden_layers=args.layers)
-    hp = FinetuneHParams(model_size="small", precision="bf16").for_task("sst")
-    finetuner = JaxFinetuner(config, "sst", hp)
+    step, state, batch = (rtd_step if args.rtd else finetune_step)(args)
+    out["step"] = "rtd" if args.rtd else "finetune"
+    out["batch"] = list(batch["input_ids"].shape)
     out["build_s"] = round(time.time() - started, 1)
-    state = finetuner.core.task_state()
-    rng = np.random.default_rng(0)
-    batch = {"input_ids": rng.integers(1000, 30000, (32, 128)).astype(np.int32),
-             "input_mask": np.ones((32, 128), np.int32),
-             "segment_ids": np.zeros((32, 128), np.int32),
-             "label_ids": rng.integers(0, 2, 32).astype(np.int32),
-             "example_id": np.arange(32, dtype=np.int32)}
-    step = finetuner.train_step
     start = time.time()
     state, metrics = step(state, batch, np.int64(0), np.float32(1e-4))
     jax.block_until_ready(metrics["loss"])

@@ -89,7 +89,15 @@ SMOKE = dataclasses.replace(
     steps_per_loop=2, fixed_steps=4, max_eval_examples=32)
 
 
-def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe):
+# What the training loop takes per step over the step timed alone (stage 1), for the plan: the
+# H100 run of docs/RESULTS.md §12 measured 1.3-1.7x in pre-training (windows without held-out
+# scoring) and 1.4-1.6x in fine-tuning (host batches, the loop's bookkeeping; the steps there were
+# host-bound), where the plan had assumed 1.1 and 1.2: that run was still fine-tuning at 1.2x
+# its budget when its command was stopped.
+LOOP_OVERHEAD = 1.6
+
+
+def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe, heldout_s=0.0):
     """How the seconds left after building and compiling are spent: {"steps" (pre-training
     steps per model), "finetune_step_fraction" (of each task's official step count, the same
     for every model and task), "pretrain_seconds"}.
@@ -98,8 +106,10 @@ def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe):
     when it leaves pre-training at least `recipe.min_pretrain_share` of the rest; otherwise
     pre-training gets that share and every fine-tuning run is shortened by the same fraction (a
     comparison of encoders after 100 steps of pre-training, which the first GPU run showed
-    collapse to the prior, says nothing). 10% of the pre-training seconds go to the host loop,
-    held-out scoring and checkpoints."""
+    collapse to the prior, says nothing). Of the pre-training seconds, the held-out scoring
+    (`heldout_s`: one evaluation of both models, timed) is paid `recipe.evaluations` + 1 times
+    (the points and the final re-scoring); the steps get the rest at `LOOP_OVERHEAD` times the
+    timed step (`pretrain_step_s`: both models' steps together)."""
     if recipe.fixed_steps:
         return {"steps": recipe.fixed_steps, "finetune_step_fraction": 1.0,
                 "pretrain_seconds": None}
@@ -109,7 +119,9 @@ def plan_budget(left_s, finetune_round_s, pretrain_step_s, recipe):
     else:
         pretrain_s = left * recipe.min_pretrain_share
         fraction = max(0.05, (left - pretrain_s) / finetune_round_s)
-    steps = max(MIN_PRETRAIN_STEPS, int(0.9 * pretrain_s / pretrain_step_s) // 100 * 100)
+    training_s = pretrain_s - heldout_s * (recipe.evaluations + 1)
+    steps = max(MIN_PRETRAIN_STEPS,
+                int(training_s / (LOOP_OVERHEAD * pretrain_step_s)) // 100 * 100)
     return {"steps": steps, "finetune_step_fraction": round(fraction, 4),
             "pretrain_seconds": round(pretrain_s, 1)}
 
@@ -337,7 +349,7 @@ class GpuRun:
     def finetune_round_seconds(self, features, step_seconds):
         """Estimated wall of one seed of every model x task: training steps at the timed rate,
         prediction at about 4/3 of a training step per 128 examples (forward only, 4x batch),
-        20% for the host loop."""
+        times LOOP_OVERHEAD for the host loop."""
         from finetune.trainer import num_train_steps
         total = 0.0
         for task in self.tasks:
@@ -348,19 +360,33 @@ class GpuRun:
             predict_batches = -(-len(dev["input_ids"]) // hp.eval_batch_size)
             for model in MODELS:
                 total += (steps + predict_batches * 4 / 3) * step_seconds[model]
-        return 1.2 * total
+        return LOOP_OVERHEAD * total
 
     # -------------------------------------------------------------- 2. plan
+    def heldout_seconds(self, heldout):
+        """Wall of one held-out evaluation of each pre-trained model, summed (the functions are
+        compiled already): what each held-out point costs the pre-training stage."""
+        from pretrain import heldout_eval
+        start = time.perf_counter()
+        for model in PRETRAINED:
+            gen_fn, disc_fn = self.heldout_fns[model]
+            heldout_eval.evaluate(heldout, gen_fn, disc_fn, self.recipe.pretrain["temperature"])
+        seconds = time.perf_counter() - start
+        self.log(f"held-out evaluation: {seconds:.1f}s for both models")
+        return seconds
+
     def plan(self, throughput, finetune_round_s):
         path = os.path.join(self.work, "plan.json")
         if fileio.exists(path):
             plan = json.loads(fileio.read_text(path))
             self.log(f"plan from {path}: {plan['steps']} steps per model")
             return plan
+        heldout_s = throughput.get("heldout_eval_s", 0.0)
         plan = plan_budget(self.budget_s - self.elapsed(), finetune_round_s,
                            sum(throughput["models"][m]["step_ms"] for m in PRETRAINED) / 1e3,
-                           self.recipe)
+                           self.recipe, heldout_s)
         plan.update(step_ms={m: throughput["models"][m]["step_ms"] for m in PRETRAINED},
+                    heldout_eval_s=heldout_s, loop_overhead=LOOP_OVERHEAD,
                     finetune_round_seconds_estimated=round(finetune_round_s, 1),
                     decided_at_s=round(self.elapsed(), 1))
         fileio.write_text_atomic(path, json.dumps(plan, indent=2) + "\n")
@@ -605,6 +631,8 @@ class GpuRun:
                                       lambda: self.finetune_step_seconds(built, features))
         self.results["throughput"]["finetune_step_ms"] = {
             k: round(1e3 * v, 3) for k, v in finetune_step_s.items()}
+        self.results["throughput"]["heldout_eval_s"] = round(
+            self._stage("throughput", lambda: self.heldout_seconds(heldout)), 2)
         self.report()
         plan = self.results["plan"] = self._stage("plan", lambda: self.plan(
             self.results["throughput"], self.finetune_round_seconds(features, finetune_step_s)))

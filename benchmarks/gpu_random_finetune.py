@@ -1,0 +1,82 @@
+"""Does fine-tuning learn on this machine? A randomly initialised ConvBERT-small fine-tuned on GLUE
+tasks with the gpu_budget recipe's fine-tuning (reproduce/gpu_budget.py: JAX, official settings,
+SST-2 at 1 epoch, every run shortened to `--fraction` of its official steps as that run's plan
+does), from the bundle's features. The random-init row of the GPU run on its own, in about a
+minute and a half on an H100: the check that told the first H100 run's all-majority GLUE rows
+(pre-trained encoders) from a fine-tuning path that does not learn (docs/RESULTS.md §12).
+
+    KERAS_BACKEND=jax python benchmarks/gpu_random_finetune.py --tasks=sst,sts [--fraction=0.35] \
+        [--precision=bf16] [--bundle_dir=gpu_bundle] [--seed=1] [--max_steps=N] [--output=F.json]
+
+Prints one line per task (steps, seconds, dev metrics, how many distinct predictions) and their
+JSON; `--output` writes it too.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle_dir", default="gpu_bundle")
+    ap.add_argument("--tasks", default="sst,sts")
+    ap.add_argument("--fraction", type=float, default=0.35,
+                    help="of each task's official steps (the first H100 run's plan: 0.35)")
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max_steps", type=int, default=0, help="cap (a quick check)")
+    ap.add_argument("--output", default=None)
+    args = ap.parse_args(argv)
+    import keras
+    import numpy as np
+    from base import fileio
+    from finetune.glue import metrics as glue_metrics
+    from finetune.glue_task import to_predictions
+    from finetune.jax_trainer import Finetuners, random_encoder_weights
+    from model import ConvBertConfig
+    from reproduce.gpu_budget import GPU_BUDGET, GpuRun, Log
+    tasks = args.tasks.split(",")
+    finetune = dict(GPU_BUDGET.finetune, precision=args.precision)
+    if args.max_steps:
+        finetune["max_train_steps"] = args.max_steps
+    recipe = dataclasses.replace(GPU_BUDGET, finetune=finetune)
+    log = Log()
+    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_random_finetune")
+    run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=tasks)
+    run.results["plan"] = {"finetune_step_fraction": args.fraction}
+    features = run.load_features()
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if args.precision == "bf16" else "float32")
+    config = ConvBertConfig.from_size("small", vocab_size=run.bundle["vocab_size"])
+    weights = random_encoder_weights(config, args.seed)
+    finetuners = Finetuners(log=log)
+    out = {"precision": args.precision, "fraction": args.fraction, "seed": args.seed,
+           "tasks": {}}
+    for task in tasks:
+        train, dev, _ = features[task]
+        hp = run.finetune_hparams(task, len(train["input_ids"]))
+        finetuner = finetuners.get(config, task, hp)
+        finetuner.start(weights, args.seed)
+        start = time.time()
+        finetuner.train(train, hp, seed=args.seed, label=f"random {task}")
+        preds = np.asarray(to_predictions(task, finetuner.predict(dev, hp.eval_batch_size)))
+        metrics = glue_metrics.compute_metrics(task, preds, dev["label_ids"])
+        out["tasks"][task] = {"steps": hp.max_train_steps, "seconds": round(time.time() - start, 1),
+                              "dev": {k: round(float(v), 4) for k, v in metrics.items()},
+                              "distinct_predictions": int(len(np.unique(preds)))}
+        log(f"{task}: {json.dumps(out['tasks'][task])}")
+    print(json.dumps(out))
+    if args.output:
+        fileio.write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
