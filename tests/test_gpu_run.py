@@ -5,6 +5,7 @@ cell. A rerun of the same command resumes: nothing is trained again."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -99,3 +100,22 @@ def test_plan_budget_keeps_pre_training_its_share():
     assert plan_budget(20.0, 497.0, 0.434, GPU_BUDGET, heldout_s=50.0)["steps"] == 100
     assert plan_budget(20.0, 497.0, 0.434, SMOKE) == {"steps": 4, "finetune_step_fraction": 1.0,
                                                       "pretrain_seconds": None}
+
+
+def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
+    """benchmarks/gpu_random_finetune.py (the random-init row alone) on the CPU: one step, the
+    dev metrics and the distinct predictions in its JSON."""
+    _, out, _ = bundle
+    result = tmp_path / "random.json"
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_random_finetune.py", f"--bundle_dir={out}",
+         "--tasks=rte", "--max_steps=1", "--precision=fp32", f"--output={result}"],
+        cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads(result.read_text())
+    rte = data["tasks"]["rte"]
+    assert rte["steps"] == 1 and 0.0 <= rte["dev"]["accuracy"] <= 100.0
+    assert 1 <= rte["distinct_predictions"] <= 2
+    assert data["precision"] == "fp32" and data["fraction"] == 0.35
