@@ -119,3 +119,33 @@ def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
     assert rte["steps"] == 1 and 0.0 <= rte["dev"]["accuracy"] <= 100.0
     assert 1 <= rte["distinct_predictions"] <= 2
     assert data["precision"] == "fp32" and data["fraction"] == 0.35
+
+
+def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
+    """benchmarks/gpu_rtd_probe.py on the smoke model: every variant's held-out points, the
+    discriminator's spread, and the schedules it was asked for."""
+    _, out, _ = bundle
+    result = tmp_path / "probe.json"
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
+         "--steps=4", "--schedule_steps=40", "--points=2", "--heldout_examples=16",
+         "--variants=run,warmup10x,lowlr", f"--output={result}"],
+        cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads(result.read_text())
+    runs = data["variants"]
+    assert {k: v["warmup_steps"] for k, v in runs.items()} == {"run": 4, "warmup10x": 40,
+                                                               "lowlr": 4}
+    assert runs["lowlr"]["peak_lr"] == pytest.approx(runs["run"]["peak_lr"] / 10)
+    for variant in runs.values():
+        assert [p["step"] for p in variant["points"]] == [2, 4]
+        assert 0.0 <= variant["points"][-1]["disc_auc"] <= 1.0
+        assert -1.0 <= variant["hidden_cosine"] <= 1.0 and variant["disc_logit_std"] >= 0.0
+    # the schedule is the 40-step run's (ELECTRA's: linear decay from step 0, times the warm-up
+    # ramp), stopped after 4 steps
+    decay = 1 - 4 / 40
+    assert runs["run"]["points"][-1]["learning_rate"] == pytest.approx(5e-4 * decay, rel=1e-3)
+    assert runs["warmup10x"]["points"][-1]["learning_rate"] == pytest.approx(
+        5e-4 * decay * 4 / 40, rel=1e-3)

@@ -1,0 +1,152 @@
+"""Why did the H100 run's discriminators stay at the prior (docs/RESULTS.md §12)? Short pre-training
+probes of one model on the GPU run's own step, variants of the learning-rate schedule from the
+same initial weights, each ending with how input-dependent the discriminator still is.
+
+    KERAS_BACKEND=jax python benchmarks/gpu_rtd_probe.py --model=electra --precision=bf16 \
+        [--steps=450] [--schedule_steps=1800] [--variants=run,warmup10x] [--output=F.json]
+
+Each variant trains `--steps` steps of the gpu_budget recipe (reproduce/gpu_budget.py: batch
+128 x 128, generator 1/4, peak lr 5e-4, the bundle's examples in the run's order) on the lr
+schedule of a `--schedule_steps` run, from the weights the model was built with:
+
+* `run`: warm-up over 10% of the schedule (180 of 1,800 steps): the H100 run's first steps;
+* `warmup10x`: warm-up over the whole schedule (1,800 steps): the lr climbs 10x slower;
+* `lowlr`: the run's schedule at a tenth of the peak lr.
+
+At `--points` evenly spaced steps the held-out batch is scored (generator accuracy,
+discriminator AUC: pretrain/heldout_eval.py); at the end, the discriminator's final hidden states
+on 16 held-out sequences: the mean cosine between two tokens' states (near 1 = every token the
+same vector: a collapsed representation) and the spread of its logits. The precision is one per
+process (`--precision`): run bf16 and fp32 as two processes to compare them.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+VARIANTS = {"run": (0.1, 1.0), "warmup10x": (1.0, 1.0), "lowlr": (0.1, 0.1)}   # (warm-up share, lr scale)
+
+
+def hidden_spread(pretrainer, heldout, examples=16, tokens=512):
+    """{"hidden_cosine": mean cosine between the final hidden states of two different tokens,
+    "disc_logit_std": std of the discriminator's logits}, over the non-padding tokens of the
+    first `examples` held-out sequences (original ids)."""
+    import numpy as np
+    inputs = {k: np.asarray(heldout[k][:examples], np.int32)
+              for k in ("input_ids", "input_mask", "segment_ids")}
+    hidden = pretrainer.discriminator(inputs, training=False)
+    logits = np.asarray(pretrainer.disc_head(hidden), np.float32)
+    hidden = np.asarray(hidden, np.float32)
+    real = inputs["input_mask"].astype(bool)
+    states = hidden[real]
+    states = states / (np.linalg.norm(states, axis=-1, keepdims=True) + 1e-9)
+    pick = np.random.default_rng(0).choice(len(states), size=min(tokens, len(states)),
+                                           replace=False)
+    cos = states[pick] @ states[pick].T
+    n = len(pick)
+    return {"hidden_cosine": round(float((cos.sum() - np.trace(cos)) / (n * (n - 1))), 4),
+            "disc_logit_std": round(float(logits[real].std()), 5)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle_dir", default="gpu_bundle")
+    ap.add_argument("--model", default="electra", choices=("electra", "convbert"))
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--steps", type=int, default=450)
+    ap.add_argument("--schedule_steps", type=int, default=1800)
+    ap.add_argument("--variants", default="run,warmup10x")
+    ap.add_argument("--points", type=int, default=3)
+    ap.add_argument("--heldout_examples", type=int, default=256)
+    ap.add_argument("--output", default=None)
+    ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
+    args = ap.parse_args(argv)
+    import keras
+    import numpy as np
+    from base import fileio
+    from data.pretraining_arrays import load_arrays
+    from pretrain import heldout_eval
+    from pretrain.hparams import train_settings
+    from pretrain.jax_trainer import pretraining_core
+    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, ArrayPretrainingTask, GpuRun, Log
+    from training.jax_core import host_learning_rate
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        print(f"error: unknown variant(s) {unknown}; one of {sorted(VARIANTS)}", file=sys.stderr)
+        return 2
+    base = SMOKE if args.smoke else GPU_BUDGET
+    recipe = dataclasses.replace(base, pretrain=dict(base.pretrain, precision=args.precision))
+    keras.mixed_precision.set_global_policy(
+        "mixed_bfloat16" if args.precision == "bf16" else "float32")
+    log = Log()
+    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_rtd_probe")
+    run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=[])
+    b = run.bundle
+    train = load_arrays(os.path.join(args.bundle_dir, b["pretrain_file"]))
+    held = load_arrays(os.path.join(args.bundle_dir, b["heldout_file"]))
+    heldout = heldout_eval.masked_heldout(
+        {k: v[:args.heldout_examples] for k, v in held.items()}, **b["special_ids"])
+
+    started = time.time()
+    hp = run.pretrain_hparams(args.model, args.schedule_steps)
+    task, core = pretraining_core(
+        hp, [], hp.vocab_size, b["special_ids"], log=log, host_learning_rate=True,
+        task=ArrayPretrainingTask(hp, [], hp.vocab_size, b["special_ids"]))
+    task.arrays = train
+    step = core.task_step(host_learning_rate=True)
+    gen_fn, disc_fn = heldout_eval.jax_fns(task.pretrainer)
+    initial = [[np.asarray(v.value) for v in group] for group in core.task_variables()]
+    out = {"model": args.model, "precision": args.precision, "steps": args.steps,
+           "schedule_steps": args.schedule_steps, "batch": hp.train_batch_size,
+           "peak_lr": hp.learning_rate, "build_s": round(time.time() - started, 1),
+           "initial": hidden_spread(task.pretrainer, heldout), "variants": {}}
+    try:
+        import jax
+        out["device"] = jax.devices()[0].device_kind
+    except Exception:      # noqa: BLE001 - a label only
+        pass
+    for name in variants:
+        warmup_share, lr_scale = VARIANTS[name]
+        for group, values in zip(core.task_variables(), initial):
+            for variable, value in zip(group, values):
+                variable.assign(value)
+        hp_v = dataclasses.replace(hp, learning_rate=hp.learning_rate * lr_scale,
+                                   num_warmup_steps=int(warmup_share * args.schedule_steps))
+        core.set_settings(train_settings(hp_v))        # the schedule of a schedule_steps run ...
+        core.settings = dataclasses.replace(             # ... stopped after `steps`
+            core.settings, total_steps=args.steps,
+            save_every=max(1, args.steps // args.points),
+            log_every=max(1, args.steps // 10), steps_per_loop=min(25, max(1, args.steps // 10)))
+        core.label = f"{args.model} {name}"
+        points = []
+
+        def score(step_done):
+            metrics = heldout_eval.evaluate(heldout, gen_fn, disc_fn, hp.temperature)
+            points.append({"step": step_done,
+                           "learning_rate": float(host_learning_rate(core.schedule, step_done)),
+                           **{k: round(float(v), 4) for k, v in metrics.items()}})
+            log(f"{name} step {step_done}: held-out gen acc {metrics['gen_accuracy']:.3f}, "
+                f"disc AUC {metrics['disc_auc']:.3f}")
+
+        start = time.time()
+        core.fit_task(train_step=step, after_save=score)
+        spread = hidden_spread(task.pretrainer, heldout)
+        out["variants"][name] = {"warmup_steps": hp_v.num_warmup_steps,
+                                 "peak_lr": hp_v.learning_rate, "points": points, **spread,
+                                 "seconds": round(time.time() - start, 1)}
+        log(f"{name}: {json.dumps(spread)}")
+    print(json.dumps(out))
+    if args.output:
+        fileio.write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
