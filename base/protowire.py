@@ -73,8 +73,8 @@ def packed_varints(values):
         widths += unsigned >= np.uint64(1 << (7 * k))
     ends = np.cumsum(widths)
     starts = ends - widths
-    out = np.zeros(int(ends[-1]) if len(ends) else 0, np.uint8)
-    for k in range(int(widths.max()) if len(widths) else 0):
+    out = np.zeros(int(ends[-1]), np.uint8)      # not empty: an empty array returned above
+    for k in range(int(widths.max())):
         sel = widths > k
         group = (unsigned[sel] >> np.uint64(7 * k)) & np.uint64(0x7F)
         more = (widths[sel] > k + 1).astype(np.uint64) << np.uint64(7)
