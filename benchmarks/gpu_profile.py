@@ -71,21 +71,24 @@ def finetune_step(args):
     return finetuner.train_step, finetuner.core.task_state(), batch
 
 
+# The gpu_budget recipe's pre-training settings (reproduce/gpu_budget.py GPU_BUDGET.pretrain; a
+# benchmark does not import reproduce/, tests/test_gpu_run.py checks that the two agree).
+RTD_PRETRAIN = dict(model_size="small", train_batch_size=128, max_seq_length=128,
+                    learning_rate=5e-4, generator_hidden_size=0.25, temperature=1.0,
+                    disc_weight=50.0, precision="bf16")
+
+
 def rtd_step(args):
-    """(jitted step, state, batch): the gpu_budget recipe's RTD step (reproduce/gpu_budget.py),
-    ConvBERT-small or ELECTRA-small, batch 128 x 128 of random ids, BERT uncased special ids."""
+    """(jitted step, state, batch): the gpu_budget recipe's RTD step (the pre-training task on the
+    JAX core, learning rate from the host), ConvBERT-small or ELECTRA-small, batch 128 x 128 of
+    random ids, BERT uncased special ids."""
     import numpy as np
     from pretrain.hparams import make_hparams
     from pretrain.jax_trainer import pretraining_core
-    from reproduce.gpu_budget import GPU_BUDGET
-    from reproduce.recipes import ELECTRA_ARCHITECTURE
-    overrides = dict(GPU_BUDGET.pretrain)
-    arch = dict(overrides.pop("model_hparam_overrides", {}))
-    if args.electra:
-        arch.update(ELECTRA_ARCHITECTURE)
+    arch = {"conv_type": "none", "head_ratio": 1} if args.electra else {}
     if args.layers:
         arch["num_hidden_layers"] = args.layers
-    hp = make_hparams(overrides={**overrides, "model_hparam_overrides": arch,
+    hp = make_hparams(overrides={**RTD_PRETRAIN, "model_hparam_overrides": arch,
                                  "model_name": "electra" if args.electra else "convbert",
                                  "vocab_size": 30522, "num_train_steps": 1000,
                                  "num_warmup_steps": 100})

@@ -103,14 +103,14 @@ def test_plan_budget_keeps_pre_training_its_share():
 
 
 def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
-    """benchmarks/gpu_random_finetune.py (the random-init row alone) on the CPU: one step, the
+    """reproduce/gpu_random_finetune.py (the random-init row alone) on the CPU: one step, the
     dev metrics and the distinct predictions in its JSON."""
     _, out, _ = bundle
     result = tmp_path / "random.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "benchmarks/gpu_random_finetune.py", f"--bundle_dir={out}",
+        [sys.executable, "reproduce/gpu_random_finetune.py", f"--bundle_dir={out}",
          "--tasks=rte", "--max_steps=1", "--precision=fp32", f"--output={result}"],
         cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -122,14 +122,14 @@ def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
 
 
 def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
-    """benchmarks/gpu_rtd_probe.py on the smoke model: every variant's held-out points, the
+    """reproduce/gpu_rtd_probe.py on the smoke model: every variant's held-out points, the
     discriminator's spread, and the schedules it was asked for."""
     _, out, _ = bundle
     result = tmp_path / "probe.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "benchmarks/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
+        [sys.executable, "reproduce/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
          "--steps=4", "--schedule_steps=40", "--points=2", "--heldout_examples=16",
          "--variants=run,warmup10x,lowlr", f"--output={result}"],
         cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
@@ -149,3 +149,11 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
     assert runs["run"]["points"][-1]["learning_rate"] == pytest.approx(5e-4 * decay, rel=1e-3)
     assert runs["warmup10x"]["points"][-1]["learning_rate"] == pytest.approx(
         5e-4 * decay * 4 / 40, rel=1e-3)
+
+
+def test_profile_rtd_step_uses_the_runs_settings():
+    """benchmarks/gpu_profile.py --rtd profiles the gpu_budget recipe's step: its settings (kept in
+    the benchmark, which may not import reproduce/) are the recipe's."""
+    from benchmarks.gpu_profile import RTD_PRETRAIN
+    from reproduce.gpu_budget import GPU_BUDGET
+    assert RTD_PRETRAIN == {k: GPU_BUDGET.pretrain[k] for k in RTD_PRETRAIN}

@@ -2,7 +2,7 @@
 probes of one model on the GPU run's own step, variants of the learning-rate schedule from the
 same initial weights, each ending with how input-dependent the discriminator still is.
 
-    KERAS_BACKEND=jax python benchmarks/gpu_rtd_probe.py --model=electra --precision=bf16 \
+    KERAS_BACKEND=jax python -m reproduce.gpu_rtd_probe --model=electra --precision=bf16 \
         [--steps=450] [--schedule_steps=1800] [--variants=run,warmup10x] [--output=F.json]
 
 Each variant trains `--steps` steps of the gpu_budget recipe (reproduce/gpu_budget.py: batch

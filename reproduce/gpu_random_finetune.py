@@ -5,7 +5,7 @@ does), from the bundle's features. The random-init row of the GPU run on its own
 minute and a half on an H100: the check that told the first H100 run's all-majority GLUE rows
 (pre-trained encoders) from a fine-tuning path that does not learn (docs/RESULTS.md §12).
 
-    KERAS_BACKEND=jax python benchmarks/gpu_random_finetune.py --tasks=sst,sts [--fraction=0.35] \
+    KERAS_BACKEND=jax python -m reproduce.gpu_random_finetune --tasks=sst,sts [--fraction=0.35] \
         [--precision=bf16] [--bundle_dir=gpu_bundle] [--seed=1] [--max_steps=N] [--output=F.json]
 
 Prints one line per task (steps, seconds, dev metrics, how many distinct predictions) and their
