@@ -22,7 +22,6 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("KERAS_BACKEND", "jax")
 
 
 def summarize_trace(path, top=30):
@@ -114,6 +113,9 @@ def main():
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--rtd", action="store_true", help="the RTD pre-training step instead")
     args = ap.parse_args()
+    # here, not at import: importing this module (a test does) must not switch the backend of
+    # the importing process and of every subprocess it starts
+    os.environ.setdefault("KERAS_BACKEND", "jax")
     import jax
     import numpy as np
     os.makedirs(args.output_dir, exist_ok=True)

@@ -19,7 +19,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("KERAS_BACKEND", "jax")
 
 
 def main(argv=None):
@@ -34,6 +33,9 @@ def main(argv=None):
     ap.add_argument("--max_steps", type=int, default=0, help="cap (a quick check)")
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
+    # here, not at import: importing this module (a test does) must not switch the backend of
+    # the importing process and of every subprocess it starts
+    os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
     import numpy as np
     from base import fileio

@@ -27,7 +27,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("KERAS_BACKEND", "jax")
 
 VARIANTS = {"run": (0.1, 1.0), "warmup10x": (1.0, 1.0), "lowlr": (0.1, 0.1)}   # (warm-up share, lr scale)
 
@@ -67,6 +66,9 @@ def main(argv=None):
     ap.add_argument("--output", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
     args = ap.parse_args(argv)
+    # here, not at import: importing this module (a test does) must not switch the backend of
+    # the importing process and of every subprocess it starts
+    os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
     import numpy as np
     from base import fileio

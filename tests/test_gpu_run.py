@@ -154,6 +154,9 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
 def test_profile_rtd_step_uses_the_runs_settings():
     """benchmarks/gpu_profile.py --rtd profiles the gpu_budget recipe's step: its settings (kept in
     the benchmark, which may not import reproduce/) are the recipe's."""
+    backend = os.environ.get("KERAS_BACKEND")
     from benchmarks.gpu_profile import RTD_PRETRAIN
     from reproduce.gpu_budget import GPU_BUDGET
     assert RTD_PRETRAIN == {k: GPU_BUDGET.pretrain[k] for k in RTD_PRETRAIN}
+    # importing them leaves this process's backend (and its subprocesses') alone
+    assert os.environ.get("KERAS_BACKEND") == backend
