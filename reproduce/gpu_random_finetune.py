@@ -6,10 +6,12 @@ minute and a half on an H100: the check that told the first H100 run's all-major
 (pre-trained encoders) from a fine-tuning path that does not learn (docs/RESULTS.md §12).
 
     KERAS_BACKEND=jax python -m reproduce.gpu_random_finetune --tasks=sst,sts [--fraction=0.35] \
-        [--precision=bf16] [--bundle_dir=gpu_bundle] [--seed=1] [--max_steps=N] [--output=F.json]
+        [--precision=bf16] [--bundle_dir=gpu_bundle] [--seed=1] [--max_steps=N] [--output=F.json] \
+        [--smoke]
 
 Prints one line per task (steps, seconds, dev metrics, how many distinct predictions) and their
-JSON; `--output` writes it too.
+JSON; `--output` writes it too. `--smoke`: the smoke recipe's tiny model and capped dev sets (the
+CPU check of this script).
 """
 import argparse
 import dataclasses
@@ -32,6 +34,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max_steps", type=int, default=0, help="cap (a quick check)")
     ap.add_argument("--output", default=None)
+    ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
     args = ap.parse_args(argv)
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
@@ -43,12 +46,13 @@ def main(argv=None):
     from finetune.glue_task import to_predictions
     from finetune.jax_trainer import Finetuners, random_encoder_weights
     from model import ConvBertConfig
-    from reproduce.gpu_budget import GPU_BUDGET, GpuRun, Log
+    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, GpuRun, Log
     tasks = args.tasks.split(",")
-    finetune = dict(GPU_BUDGET.finetune, precision=args.precision)
+    base = SMOKE if args.smoke else GPU_BUDGET
+    finetune = dict(base.finetune, precision=args.precision)
     if args.max_steps:
         finetune["max_train_steps"] = args.max_steps
-    recipe = dataclasses.replace(GPU_BUDGET, finetune=finetune)
+    recipe = dataclasses.replace(base, finetune=finetune)
     log = Log()
     work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_random_finetune")
     run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=tasks)
@@ -56,13 +60,16 @@ def main(argv=None):
     features = run.load_features()
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if args.precision == "bf16" else "float32")
-    config = ConvBertConfig.from_size("small", vocab_size=run.bundle["vocab_size"])
+    config = ConvBertConfig.from_size("small", vocab_size=run.bundle["vocab_size"],
+                                      **finetune.get("model_hparam_overrides", {}))
     weights = random_encoder_weights(config, args.seed)
     finetuners = Finetuners(log=log)
     out = {"precision": args.precision, "fraction": args.fraction, "seed": args.seed,
            "tasks": {}}
     for task in tasks:
         train, dev, _ = features[task]
+        if recipe.max_eval_examples:
+            dev = {k: v[:recipe.max_eval_examples] for k, v in dev.items()}
         hp = run.finetune_hparams(task, len(train["input_ids"]))
         finetuner = finetuners.get(config, task, hp)
         finetuner.start(weights, args.seed)

@@ -6,8 +6,10 @@ use `shared_path(...)`, which skips cleanly when it is absent.
 """
 import os
 import pathlib
+import sys
 
 import pytest
+
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO_ROOT.parent / "shared"))
@@ -17,18 +19,38 @@ SHARED_DIR = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO_ROOT.parent
 # the suite with pytest-xdist, one worker per core and whole files per worker (`--dist loadfile
 # --no-loadscope-reorder`): these start first, longest first, so the run does not end with one of
 # them alone on one core while the other core idles.
-# Order: seconds per module in a measured run (--durations=0, 2 workers), longest first.
+# Order: seconds per module in a measured run (--durations=60, 2 workers, 2026-11-26), longest
+# first.
 SLOW_MODULES = (
-    "tests/finetune/test_run_finetuning.py", "tests/test_reproduction.py",
-    "tests/test_bad_inputs.py", "tests/test_fault_injection.py",
-    "tests/pretrain/test_jax_trainer.py", "tests/pretrain/test_run_pretraining.py",
-    "tests/analysis/test_ablation.py", "tests/training/test_nonfinite.py", "tests/test_gpu_run.py",
-    "tests/finetune/test_run_finetuning_features.py", "tests/elastic/test_pretrain.py",
-    "tests/training/test_xla_compile.py", "tests/training/test_tasks_both_cores.py",
-    "tests/finetune/test_finetune_precision.py", "tests/model/test_paper_configs.py",
-    "tests/pretrain/test_distribution.py", "tests/elastic/test_hidden_slicing.py",
-    "tests/finetune/test_jax_finetune.py", "tests/lm/test_lm.py", "tests/elastic/test_grid.py",
+    "tests/test_gpu_run.py", "tests/test_reproduction.py", "tests/finetune/test_run_finetuning.py",
+    "tests/pretrain/test_jax_trainer.py", "tests/finetune/test_finetune_precision.py",
+    "tests/training/test_tasks_both_cores.py", "tests/finetune/test_run_finetuning_features.py",
+    "tests/training/test_nonfinite.py", "tests/analysis/test_ablation.py",
+    "tests/pretrain/test_run_pretraining.py", "tests/elastic/test_pretrain.py",
+    "tests/data/test_bench_builders.py", "tests/elastic/test_grid.py",
+    "tests/training/test_xla_compile.py", "tests/finetune/test_jax_finetune.py",
+    "tests/test_fault_injection.py", "tests/elastic/test_train.py",
+    "tests/test_sentencepiece_e2e.py", "tests/data/test_builder_cli.py",
+    "tests/data/test_beam_builder.py", "tests/test_bad_inputs.py",
 )
+
+
+def pytest_configure(config):
+    """The tests' Python subprocesses (the command-line tools, run as a user runs them) are forks
+    of a process that imported TensorFlow once: tests/zygote.py. Not in pytest-xdist's
+    controller, which runs no test (its workers start as fresh interpreters).
+    CONVBERT_TEST_ZYGOTE=0 turns it off."""
+    controller = not hasattr(config, "workerinput") and \
+        getattr(config.option, "dist", "no") not in (None, "no")
+    if os.environ.get("CONVBERT_TEST_ZYGOTE") != "0" and not controller:
+        from tests import zygote
+        zygote.install_client(owner=True)
+
+
+def pytest_unconfigure(config):
+    zygote = sys.modules.get("tests.zygote")
+    if zygote is not None:
+        zygote.stop_zygotes()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -103,15 +103,15 @@ def test_plan_budget_keeps_pre_training_its_share():
 
 
 def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
-    """reproduce/gpu_random_finetune.py (the random-init row alone) on the CPU: one step, the
-    dev metrics and the distinct predictions in its JSON."""
+    """reproduce/gpu_random_finetune.py (the random-init row alone) on the CPU with the smoke
+    model: one step, the dev metrics and the distinct predictions in its JSON."""
     _, out, _ = bundle
     result = tmp_path / "random.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "reproduce/gpu_random_finetune.py", f"--bundle_dir={out}",
-         "--tasks=rte", "--max_steps=1", "--precision=fp32", f"--output={result}"],
+         "--tasks=rte", "--max_steps=1", "--precision=fp32", "--smoke", f"--output={result}"],
         cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     data = json.loads(result.read_text())

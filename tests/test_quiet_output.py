@@ -14,7 +14,8 @@ SNIPPET = ("from base.command import quiet_tensorflow; quiet_tensorflow(); impor
 def _run(args, **extra_env):
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "CONVBERT_TF_LOGS")}
-    env.update(PYTHONPATH=str(REPO_ROOT), **extra_env)
+    # a fresh interpreter, not a fork of the tests' zygote: its start-up lines are the subject
+    env.update(PYTHONPATH=str(REPO_ROOT), CONVBERT_TEST_ZYGOTE="0", **extra_env)
     return subprocess.run([sys.executable, *args], cwd=str(REPO_ROOT), env=env,
                           capture_output=True, text=True, timeout=300)
 

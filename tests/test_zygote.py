@@ -1,0 +1,109 @@
+"""The tests' zygote (tests/zygote.py) runs a Python subprocess as a fresh interpreter would:
+the same argv, cwd, environment, sys.path[0], output, exit status (codes, tracebacks, signals),
+nested launches and timeouts; and it leaves to a fresh interpreter what it cannot mimic."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests import zygote
+from tests.conftest import REPO_ROOT
+
+PROGRAM = textwrap.dedent("""
+    import atexit, os, signal, subprocess, sys, time
+    atexit.register(lambda: print("atexit ran", flush=True))
+    print("argv", sys.argv[1:], "cwd", os.getcwd(), "X", os.environ.get("X"), "path0", sys.path[0])
+    print("to stderr", file=sys.stderr)
+    what = sys.argv[1]
+    if what == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif what == "sleep":
+        time.sleep(60)
+    elif what == "raise":
+        raise ValueError("boom")
+    elif what == "message":
+        sys.exit("a message")
+    elif what == "nested":
+        inner = subprocess.run([sys.executable, __file__, "7"], capture_output=True, text=True)
+        print("nested", inner.returncode, inner.stdout.splitlines()[0])
+    elif what == "stdin":
+        print("read", sys.stdin.read().strip())
+    sys.exit(int(what) if what.isdigit() else 0)
+""")
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    path = tmp_path_factory.mktemp("zygote") / "program.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def _both(args, program, **kwargs):
+    """(zygote's result, a fresh interpreter's result) of the same command."""
+    env = dict(os.environ, X="x-value", PYTHONPATH=str(REPO_ROOT))
+    cmd = [sys.executable, str(program), *args]
+    results = []
+    for switch in ("1", "0"):
+        results.append(subprocess.run(cmd, env=dict(env, CONVBERT_TEST_ZYGOTE=switch),
+                                      cwd=str(program.parent.parent), capture_output=True,
+                                      text=True, timeout=120, **kwargs))
+    return results
+
+
+@pytest.mark.skipif(not isinstance(subprocess.Popen, type) or
+                    not issubclass(subprocess.Popen, zygote.ZygotePopen),
+                    reason="the zygote is off (CONVBERT_TEST_ZYGOTE=0)")
+@pytest.mark.parametrize("args", [["3"], ["raise"], ["message"], ["kill"], ["nested"]])
+def test_a_fork_behaves_as_a_fresh_interpreter(program, args):
+    forked, fresh = _both(args, program)
+    assert forked.returncode == fresh.returncode
+    assert forked.stdout == fresh.stdout
+    if args == ["raise"]:     # the traceback's last line; its frames differ (runpy's)
+        assert forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1] == \
+            "ValueError: boom"
+    else:
+        assert forked.stderr == fresh.stderr
+    if args == ["kill"]:
+        assert forked.returncode == -signal.SIGKILL
+    else:
+        assert "atexit ran" in forked.stdout
+    if args == ["nested"]:
+        assert "nested 7 argv ['7']" in forked.stdout
+
+
+def test_input_timeout_and_kill(program):
+    proc = subprocess.run([sys.executable, str(program), "stdin"], input="some input\n",
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "read some input" in proc.stdout
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, str(program), "sleep"], capture_output=True, timeout=3)
+    p = subprocess.Popen([sys.executable, str(program), "sleep"], stdout=subprocess.PIPE)
+    assert p.stdout.readline().startswith(b"argv")
+    assert p.poll() is None
+    p.terminate()
+    assert p.wait(timeout=60) == -signal.SIGTERM
+    p.stdout.close()
+
+
+def test_what_a_fork_cannot_mimic_goes_to_a_fresh_interpreter(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    where = str(tmp_path)
+    no_tf = "import sys; sys.modules['tensorflow'] = None"
+    assert zygote._parse([sys.executable, "-c", no_tf], env, where) is None
+    assert zygote._parse([sys.executable, "-c", "assert 'tensorflow' not in sys.modules"],
+                         env, where) is None
+    assert zygote._parse([sys.executable, "-X", "dev", "-c", "pass"], env, where) is None
+    assert zygote._parse(["python2", "-c", "pass"], env, where) is None
+    # another checkout's code: neither on PYTHONPATH nor beside the script
+    assert zygote._parse([sys.executable, "-c", "pass"], {}, where) is None
+    assert zygote._parse([sys.executable, "-u", "-m", "run_x", "--a"], env, where) == \
+        ("-m", "run_x", ["-m", "--a"], True)
+    # the settings read at import pick the zygote; PYTHONPATH is compared as resolved paths
+    key = zygote._import_key(dict(env, KERAS_BACKEND="jax", PYTHONUNBUFFERED="1"), where)
+    assert ("KERAS_BACKEND", "jax") in key and "PYTHONUNBUFFERED" not in dict(key)
+    doubled = dict(env, PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] * 2))
+    assert zygote._import_key(doubled, where) == zygote._import_key(env, where)
