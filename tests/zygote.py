@@ -168,15 +168,11 @@ def _zygote_for(env, cwd):
         return started
 
 
-def _recv_line(sock, buf, block, timeout=None):
+def _recv_line(sock, buf, block):
     """The next b"...\\n" line from `sock` (buffer `buf`), or None when not (yet) there."""
     while b"\n" not in buf:
         if not block:
             ready, _, _ = select.select([sock], [], [], 0)
-            if not ready:
-                return None
-        elif timeout is not None:
-            ready, _, _ = select.select([sock], [], [], timeout)
             if not ready:
                 return None
         chunk = sock.recv(4096)
@@ -233,9 +229,9 @@ class ZygotePopen(real_popen):
         self._child_created = True
         self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
-    def _zygote_status(self, block, timeout=None):
+    def _zygote_status(self, block):
         """The child's wait status once the monitor has sent it, else None."""
-        line = _recv_line(self._zygote_sock, self._zygote_buf, block, timeout)
+        line = _recv_line(self._zygote_sock, self._zygote_buf, block)
         if line is None:
             return None
         self._zygote_sock.close()
