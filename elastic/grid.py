@@ -60,7 +60,7 @@ def evaluate_cells(encoder, head, task, features, width_list, depth_list, batch_
         for depth in depth_list:
             subnet = Subnet.for_width(encoder.config, width, depth)
 
-            @tf.function
+            @tf.function(autograph=False)  # no tensor control flow; see training/core.py
             def forward(batch, subnet=subnet):
                 sequence = sliced_forward(encoder, batch, subnet, training=False)
                 return tf.cast(head(sequence, training=False), tf.float32)

@@ -91,7 +91,7 @@ def compute_importance(encoder, batches: Iterable[dict], loss_fn: Callable) -> I
                           layer.output_dense.kernel]
     head_mask = tf.ones([config.num_hidden_layers, num_sa + num_conv])
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)  # no tensor control flow
     def gradients(batch):
         with tf.GradientTape() as tape:
             tape.watch(head_mask)

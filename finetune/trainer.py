@@ -313,7 +313,7 @@ class Trainer:
                 return {k: tf.cast(outputs[k], tf.float32) if outputs[k].dtype.is_floating
                         else outputs[k] for k in keys}
 
-            @tf.function
+            @tf.function(autograph=False)      # no tensor control flow; see training/core.py
             def predict_step(batch):
                 if not tf.distribute.has_strategy():
                     return replica_predict(batch)

@@ -277,7 +277,8 @@ def train(task, core, model_dir, log=print, started_at=None):
 # ---------------------------------------------------------------------------------- evaluation
 def _forward(model):
     import tensorflow as tf
-    return tf.function(lambda ids: model({"input_ids": ids}, training=False), reduce_retracing=True)
+    return tf.function(lambda ids: model({"input_ids": ids}, training=False), reduce_retracing=True,
+                       autograph=False)
 
 
 def evaluate(model, stream, seq_len, stride=None, batch_size=16):

@@ -235,6 +235,11 @@ class TrainingCore:
 
         batch_size = s.batch_size
 
+        # Not converted by AutoGraph: the step has no tensor-dependent Python control flow (a
+        # tensor used as a Python bool fails loudly at trace time), and conversion doubled the
+        # trace, seconds per training run (measured: a tiny elastic pre-training 34 s -> 18 s).
+        # As Keras' own trainer does.
+        @tf.autograph.experimental.do_not_convert
         def train_step(iterator):
             batch = next(iterator)
             step = self.step.read_value()
