@@ -82,3 +82,33 @@ def packed_varints(values):
     row_sizes = widths.reshape(values.shape).sum(axis=1)
     offsets = np.concatenate([[0], np.cumsum(row_sizes)]).tolist()
     return out.tobytes(), offsets
+
+
+def unpack_varint_rows(payload, offsets, length):
+    """The inverse of `packed_varints` for rows of `length` values each: int64 [n, length] from
+    the packed varints of row i at payload[offsets[i]:offsets[i + 1]], decoded with numpy at
+    once. None when a row does not hold exactly `length` complete varints of at most ten bytes
+    (the caller's per-record parser then says which record and why)."""
+    import numpy as np
+    buf = np.frombuffer(payload, np.uint8)
+    offsets = np.asarray(offsets, np.int64)
+    rows = len(offsets) - 1
+    if rows == 0 or length == 0:
+        return np.zeros((rows, length), np.int64) if not len(buf) else None
+    last = buf[offsets[1:] - 1] if len(buf) and (offsets[1:] > offsets[:-1]).all() else None
+    if last is None or (last & 0x80).any():           # an empty row, or one ending mid-varint
+        return None
+    ends = np.flatnonzero((buf & 0x80) == 0)          # the last byte of each value
+    if len(ends) != rows * length:
+        return None
+    if not np.array_equal(np.searchsorted(ends, offsets[1:] - 1), np.arange(1, rows + 1) * length
+                          - 1):                        # each row's values end inside it
+        return None
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    widths = ends - starts + 1
+    if widths.max() > 10:
+        return None
+    shift = np.arange(len(buf), dtype=np.int64) - np.repeat(starts, widths)
+    parts = (buf & 0x7F).astype(np.uint64) << (7 * shift).astype(np.uint64)
+    values = np.add.reduceat(parts, starts)            # disjoint bits: the sum is the OR
+    return values.view(np.int64).reshape(rows, length)

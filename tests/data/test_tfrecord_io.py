@@ -52,3 +52,63 @@ def test_bad_shards_are_one_line_errors(tmp_path, tiny_data):  # noqa: F811
         list(iter_records(str(tmp_path / "cut")))
     with pytest.raises(DataError, match=r"has 32 input_ids values, expected 64"):
         read_examples(path, 64)
+
+
+def test_packed_varint_rows_round_trip_and_refuse_what_does_not_fit():
+    from base.protowire import packed_varints, unpack_varint_rows
+    rng = np.random.default_rng(0)
+    values = rng.integers(-(1 << 62), 1 << 62, (5, 7)) >> rng.integers(0, 62, (5, 7))
+    values[0, :3] = [0, 127, 128]
+    payload, offsets = packed_varints(values)
+    np.testing.assert_array_equal(unpack_varint_rows(payload, offsets, 7), values)
+    small, small_offsets = packed_varints(np.arange(12).reshape(3, 4))   # one byte each
+    np.testing.assert_array_equal(unpack_varint_rows(small, small_offsets, 4),
+                                  np.arange(12).reshape(3, 4))
+    assert unpack_varint_rows(payload, offsets, 6) is None               # 7 values per row
+    cut = offsets[:-1] + [offsets[-1] - 1]                                # last varint cut short
+    assert unpack_varint_rows(payload[:-1], cut, 7) is None
+    shifted = [0, offsets[1] + 1] + offsets[2:]                           # rows split mid-value
+    assert unpack_varint_rows(payload, shifted, 7) is None
+    assert unpack_varint_rows(b"", [0, 0], 0).shape == (1, 0)
+
+
+def _example(features):
+    """A serialized tf.train.Example by hand: {name: (values, packed?)} as int64 lists, or
+    bytes for a bytes_list."""
+    from base.protowire import encode_varint
+
+    def field(number, payload):
+        return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+    entries = b""
+    for name, value in features.items():
+        if isinstance(value, bytes):
+            feature = field(1, field(1, value))                          # bytes_list
+        else:
+            values, packed = value
+            if packed:
+                inner = field(1, b"".join(encode_varint(v) for v in values))
+            else:
+                inner = b"".join(encode_varint(1 << 3) + encode_varint(v) for v in values)
+            feature = field(3, inner)
+        entries += field(1, field(1, name.encode()) + field(2, feature))
+    return field(1, entries)
+
+
+def test_records_in_another_layout_decode_as_protobuf_does():
+    """The builders' layout is decoded at once; unpacked lists and extra features (what another
+    writer may produce) go through the per-record parser, with the same result."""
+    from data.tfrecord_io import _decode
+    ids, mask, segments = [101, 7, 30000, 102], [1, 1, 1, 1], [0, 0, 1, 1]
+    ours = _example({"input_ids": (ids, True), "input_mask": (mask, True),
+                     "segment_ids": (segments, True)})
+    other = _example({"segment_ids": (segments, False), "text": b"x",
+                      "input_ids": (ids, False), "input_mask": (mask, True)})
+    for records in ([ours, ours], [ours, other]):
+        out = _decode(records, [(0, 0), (0, 1)], ["f"], 4)
+        np.testing.assert_array_equal(out["input_ids"], [ids, ids])
+        np.testing.assert_array_equal(out["segment_ids"], [segments, segments])
+    short = _example({"input_ids": (ids[:3], True), "input_mask": (mask, True),
+                      "segment_ids": (segments, True)})
+    with pytest.raises(DataError, match=r"^f: record 1 has 3 input_ids values, expected 4"):
+        _decode([ours, short], [(0, 0), (0, 1)], ["f"], 4)

@@ -1,0 +1,23 @@
+# The test run's environment, sourced by scripts/test.sh and scripts/coverage.sh (after
+# `cd` to the repository root). Sets the variables and a trap that removes the run's JAX cache.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=3 JAX_PLATFORMS=cpu
+# One JAX compilation cache for the run: XLA compiles the same tiny steps in many test processes
+# (measured: tests/pretrain/test_jax_trainer.py + tests/training/test_nonfinite.py 209 s -> 165 s).
+# Empty at the start, removed at the end: nothing carries over between runs.
+jax_cache=$(mktemp -d)
+trap 'rm -rf "$jax_cache"' EXIT
+export JAX_COMPILATION_CACHE_DIR="$jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
+# XLA's CPU code generation without LLVM's optimisation passes for the suite on TensorFlow,
+# whose XLA programs (JAX-path tools, TF XLA steps) are tiny models: compiling is most of their
+# time (same programs, same HLO; measured: tests/pretrain/test_jax_trainer.py +
+# tests/training/test_tasks_both_cores.py 101 s -> 74 s CPU). Not for the JAX model tests: they
+# initialise base-size models eagerly, which unoptimised code makes slower (128 s -> 164 s).
+xla_flags_jax="${XLA_FLAGS:-}"
+xla_flags_tensorflow="--xla_backend_optimization_level=0${XLA_FLAGS:+ $XLA_FLAGS}"
+cores=$(nproc)
+# One pytest-xdist worker per core, at most 4 (each holds TF, torch and JAX); whole files per
+# worker, so a module's fixtures are built once. CONVBERT_TEST_WORKERS overrides; 0: one process.
+workers=${CONVBERT_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+if [ "$workers" = 0 ]; then parallel=(); fi
