@@ -93,7 +93,9 @@ def test_what_a_fork_cannot_mimic_goes_to_a_fresh_interpreter(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     where = str(tmp_path)
     no_tf = "import sys; sys.modules['tensorflow'] = None"
-    assert zygote._parse([sys.executable, "-c", no_tf], env, where) is None
+    assert zygote._parse([sys.executable, "-c", no_tf], env, where) is None   # TF backend
+    assert zygote._parse([sys.executable, "-c", no_tf], dict(env, KERAS_BACKEND="jax"),
+                         where)[4] is True     # a zygote that blocked TensorFlow itself
     assert zygote._parse([sys.executable, "-c", "assert 'tensorflow' not in sys.modules"],
                          env, where) is None
     assert zygote._parse([sys.executable, "-X", "dev", "-c", "pass"], env, where) is None
@@ -101,9 +103,29 @@ def test_what_a_fork_cannot_mimic_goes_to_a_fresh_interpreter(tmp_path):
     # another checkout's code: neither on PYTHONPATH nor beside the script
     assert zygote._parse([sys.executable, "-c", "pass"], {}, where) is None
     assert zygote._parse([sys.executable, "-u", "-m", "run_x", "--a"], env, where) == \
-        ("-m", "run_x", ["-m", "--a"], True)
+        ("-m", "run_x", ["-m", "--a"], True, False)
     # the settings read at import pick the zygote; PYTHONPATH is compared as resolved paths
     key = zygote._import_key(dict(env, KERAS_BACKEND="jax", PYTHONUNBUFFERED="1"), where)
     assert ("KERAS_BACKEND", "jax") in key and "PYTHONUNBUFFERED" not in dict(key)
     doubled = dict(env, PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] * 2))
     assert zygote._import_key(doubled, where) == zygote._import_key(env, where)
+
+
+def test_a_program_that_blocks_tensorflow_on_jax_forks_a_zygote_that_blocked_it(tmp_path):
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        import sys
+        print("preloaded", "jax" in sys.modules)
+        sys.modules["tensorflow"] = None
+        import keras
+        try:
+            import tensorflow
+        except ImportError:
+            print("blocked", keras.backend.backend())
+    """)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    forked, fresh = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    env=dict(env, CONVBERT_TEST_ZYGOTE=switch), timeout=300)
+                     for switch in ("1", "0"))
+    assert fresh.stdout == "preloaded False\nblocked jax\n", fresh.stderr[-2000:]
+    assert forked.stdout == "preloaded True\nblocked jax\n", forked.stderr[-2000:]

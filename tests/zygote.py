@@ -14,12 +14,14 @@ tool a test runs (run_reproduction.py's stages), becomes a fork of it:
   (SystemExit codes, a traceback and status 1, thread joins and atexit handlers, stdout flushed);
 * one zygote per set of import-time settings (every `TF_*`, `XLA_*`, `JAX_*`, `KERAS_*`, `CUDA*`,
   `PYTHON*`, `OMP_*`, `MKL_*`, `LD_*`, `COVERAGE_*` variable): a JAX-backend tool gets a zygote
-  that imported Keras on JAX and never TensorFlow.
+  that imported Keras on JAX and never TensorFlow, and a program that blocks TensorFlow on JAX
+  (`sys.modules["tensorflow"] = None`: the TensorFlow-free path) one that blocked it before its
+  imports.
 
 Left to a real subprocess: another interpreter, Python options other than -m / -c / -u, a
 preexec_fn, pass_fds, user/group/umask changes, a checkout other than this one on the path,
-a program that blocks TensorFlow or checks it was not imported (`sys.modules["tensorflow"] =
-None`, `"tensorflow" not in sys.modules`: the JAX path), and
+a program that checks TensorFlow was not imported (`"tensorflow" not in sys.modules`) or blocks
+it on the TensorFlow backend, and
 `CONVBERT_TEST_ZYGOTE=0` in the environment (tests of what a fresh process prints before Python
 runs: TensorFlow's C++ start-up lines).
 Coverage follows the forks (`patch = fork, _exit` in .coveragerc).
@@ -50,8 +52,11 @@ IMPORT_TIME_PREFIXES = ("TF_", "XLA_", "JAX_", "KERAS_", "CUDA", "PYTHON", "OMP_
 RUN_TIME_VARIABLES = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES")
 MAX_ZYGOTES = 4                # per owner; a further set of settings gets real subprocesses
 START_TIMEOUT_S = 180
-NEEDS_FRESH_INTERPRETER = re.compile(r"""sys\.modules\[["']tensorflow["']\]\s*=\s*None"""
-                                     r"""|["']tensorflow["']\s+(not\s+)?in\s+sys\.modules""")
+# A program that checks whether TensorFlow was imported needs a fresh interpreter; one that blocks
+# it gets, on Keras-on-JAX, a zygote that blocked it before its own imports.
+CHECKS_TENSORFLOW = re.compile(r"""["']tensorflow["']\s+(not\s+)?in\s+sys\.modules""")
+BLOCKS_TENSORFLOW = re.compile(r"""sys\.modules\[["']tensorflow["']\]\s*=\s*None""")
+BLOCK_ENV = "CONVBERT_TEST_ZYGOTE_BLOCKS_TENSORFLOW"   # in a zygote's key and environment only
 
 real_popen = subprocess.Popen
 
@@ -72,9 +77,11 @@ def _python_path(env, cwd):
     return entries
 
 
-def _import_key(env, cwd):
+def _import_key(env, cwd, blocks_tensorflow=False):
     key = {k: v for k, v in env.items()
            if k.startswith(IMPORT_TIME_PREFIXES) and k not in RUN_TIME_VARIABLES}
+    if blocks_tensorflow:
+        key[BLOCK_ENV] = "1"
     if "PYTHONPATH" in key:
         key["PYTHONPATH"] = os.pathsep.join(_python_path(env, cwd))
     key.setdefault("KERAS_BACKEND", "tensorflow")     # Keras' default
@@ -82,8 +89,8 @@ def _import_key(env, cwd):
 
 
 def _parse(args, env, cwd):
-    """(mode, target, argv, unbuffered) when `args` is this interpreter running something of
-    this checkout that the zygote can run; None otherwise."""
+    """(mode, target, argv, unbuffered, blocks_tensorflow) when `args` is this interpreter
+    running something of this checkout that a zygote can run; None otherwise."""
     if not args or os.path.realpath(str(args[0])) != os.path.realpath(sys.executable):
         return None
     rest = [str(a) for a in args[1:]]
@@ -103,13 +110,14 @@ def _parse(args, env, cwd):
         if not os.path.isfile(target):
             return None
         argv = [rest[0]] + rest[1:]
-    # A program that checks TensorFlow is not imported (or blocks it) needs a fresh interpreter.
     try:
         text = target if mode == "-c" else (open(target, encoding="utf-8").read()
                                             if mode == "script" else "")
     except (OSError, UnicodeDecodeError):
         return None
-    if NEEDS_FRESH_INTERPRETER.search(text):
+    blocks_tensorflow = bool(BLOCKS_TENSORFLOW.search(text))
+    if CHECKS_TENSORFLOW.search(text) or (
+            blocks_tensorflow and env.get("KERAS_BACKEND", "tensorflow") != "jax"):
         return None
     # The zygote's modules are this checkout's: the child must be looking at the same one.
     roots = _python_path(env, cwd)
@@ -117,7 +125,7 @@ def _parse(args, env, cwd):
             "-c": os.path.realpath(cwd)}[mode]
     if REPO_ROOT not in roots and here != REPO_ROOT:
         return None
-    return mode, target, argv, unbuffered
+    return mode, target, argv, unbuffered, blocks_tensorflow
 
 
 def _socket_path(key):
@@ -150,8 +158,8 @@ def _start_zygote(key, path):
     return path
 
 
-def _zygote_for(env, cwd):
-    key = _import_key(env, cwd)
+def _zygote_for(env, cwd, blocks_tensorflow=False):
+    key = _import_key(env, cwd, blocks_tensorflow)
     path = _socket_path(key)
     if path is None or key in _failed:
         return None
@@ -201,14 +209,14 @@ class ZygotePopen(real_popen):
         environ = {os.fsdecode(k): os.fsdecode(v) for k, v in environ.items()}
         where = os.path.abspath(os.fsdecode(cwd)) if cwd is not None else os.getcwd()
         parsed = plain and environ.get(SWITCH_ENV) != "0" and _parse(list(args), environ, where)
-        path = parsed and _zygote_for(environ, where)
+        path = parsed and _zygote_for(environ, where, parsed[4])
         if not path:
             return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd,
                                           env, startupinfo, creationflags, shell, p2cread,
                                           p2cwrite, c2pread, c2pwrite, errread, errwrite,
                                           restore_signals, gid, gids, uid, umask,
                                           start_new_session, *more)
-        mode, target, argv, unbuffered = parsed
+        mode, target, argv, unbuffered, _ = parsed
         request = json.dumps({"mode": mode, "target": target, "argv": argv, "cwd": where,
                               "env": environ, "unbuffered": unbuffered,
                               "new_session": bool(start_new_session)}).encode()
@@ -302,6 +310,8 @@ PRELOAD = {
 def serve(path):
     """The zygote: import what every child needs, then fork a monitor per connection."""
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if os.environ.pop(BLOCK_ENV, None):
+        sys.modules["tensorflow"] = None     # as its programs do before their first import
     for name in PRELOAD.get(backend, ("keras",)):
         try:
             __import__(name)
