@@ -18,19 +18,19 @@ SHARED_DIR = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO_ROOT.parent
 # the suite with pytest-xdist, one worker per core and whole files per worker (`--dist loadfile
 # --no-loadscope-reorder`): these start first, longest first, so the run does not end with one of
 # them alone on one core while the other core idles.
-# Order: seconds per module in a measured run (--durations=60, 2 workers, 2026-11-26), longest
-# first.
+# Order: seconds per module in a measured run (--durations=0, 2 workers, 2026-11-26 23:05),
+# longest first.
 SLOW_MODULES = (
-    "tests/test_gpu_run.py", "tests/test_reproduction.py", "tests/finetune/test_run_finetuning.py",
-    "tests/pretrain/test_jax_trainer.py", "tests/finetune/test_finetune_precision.py",
-    "tests/training/test_tasks_both_cores.py", "tests/finetune/test_run_finetuning_features.py",
-    "tests/training/test_nonfinite.py", "tests/analysis/test_ablation.py",
-    "tests/pretrain/test_run_pretraining.py", "tests/elastic/test_pretrain.py",
-    "tests/data/test_bench_builders.py", "tests/elastic/test_grid.py",
-    "tests/training/test_xla_compile.py", "tests/finetune/test_jax_finetune.py",
-    "tests/test_fault_injection.py", "tests/elastic/test_train.py",
-    "tests/test_sentencepiece_e2e.py", "tests/data/test_builder_cli.py",
-    "tests/data/test_beam_builder.py", "tests/test_bad_inputs.py",
+    "tests/test_gpu_run.py", "tests/finetune/test_run_finetuning.py", "tests/test_reproduction.py",
+    "tests/training/test_nonfinite.py", "tests/training/test_tasks_both_cores.py",
+    "tests/pretrain/test_run_pretraining.py", "tests/finetune/test_run_finetuning_features.py",
+    "tests/pretrain/test_jax_trainer.py", "tests/test_fault_injection.py",
+    "tests/training/test_xla_compile.py", "tests/data/test_bench_builders.py",
+    "tests/analysis/test_ablation.py", "tests/model/test_hf_parity.py",
+    "tests/elastic/test_grid.py", "tests/elastic/test_train.py", "tests/elastic/test_pretrain.py",
+    "tests/model/test_checkpoints.py", "tests/finetune/test_finetune_precision.py",
+    "tests/model/test_paper_configs.py", "tests/pretrain/test_distribution.py",
+    "tests/lm/test_lm.py", "tests/finetune/test_jax_finetune.py",
 )
 
 

@@ -2,6 +2,7 @@
 the same argv, cwd, environment, sys.path[0], output, exit status (codes, tracebacks, signals),
 nested launches and timeouts; and it leaves to a fresh interpreter what it cannot mimic."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,8 +112,9 @@ def test_what_a_fork_cannot_mimic_goes_to_a_fresh_interpreter(tmp_path):
     assert zygote._import_key(doubled, where) == zygote._import_key(env, where)
 
 
-def test_a_program_that_blocks_tensorflow_on_jax_forks_a_zygote_that_blocked_it(tmp_path):
+def test_a_program_that_blocks_tensorflow_on_jax_forks_a_zygote_that_blocked_it(monkeypatch):
     pytest.importorskip("jax")
+    monkeypatch.setattr(zygote, "MAX_ZYGOTES", 99)   # whatever this worker has started before
     code = textwrap.dedent("""
         import sys
         print("preloaded", "jax" in sys.modules)
@@ -129,3 +131,28 @@ def test_a_program_that_blocks_tensorflow_on_jax_forks_a_zygote_that_blocked_it(
                      for switch in ("1", "0"))
     assert fresh.stdout == "preloaded False\nblocked jax\n", fresh.stderr[-2000:]
     assert forked.stdout == "preloaded True\nblocked jax\n", forked.stderr[-2000:]
+
+
+def test_a_shell_scripts_python_is_a_fork_too(program, monkeypatch):
+    """tests/zygote_python as a script's $PYTHON: the exit status, output and a signal's death
+    that bash sees are a fresh interpreter's."""
+    monkeypatch.setattr(zygote, "MAX_ZYGOTES", 99)   # whatever this worker has started before
+    env = dict(os.environ, X="x-value", PYTHONPATH=str(REPO_ROOT))
+    python = zygote.script_python(env)
+    if python == sys.executable:
+        pytest.skip("the zygote is off (CONVBERT_TEST_ZYGOTE=0)")
+    assert python == zygote.LAUNCHER
+    script = '"$PYTHON" "$0" "$1"; echo "status $?"'
+    results = []
+    for python_of_script in (python, sys.executable):
+        results.append([subprocess.run(["bash", "-c", script, str(program), arg], text=True,
+                                       env=dict(env, PYTHON=python_of_script),
+                                       cwd=str(program.parent), capture_output=True, timeout=120)
+                        for arg in ("3", "kill", "nested")])
+    def pid_free(text):   # bash names the killed process by its pid
+        return re.sub(r"\d+ Killed", "Killed", text)
+
+    for forked, fresh in zip(*results):
+        assert forked.stdout == fresh.stdout and pid_free(forked.stderr) == pid_free(fresh.stderr)
+    assert results[0][0].stdout.endswith("status 3\n")
+    assert results[0][1].stdout.endswith(f"status {128 + signal.SIGKILL}\n")

@@ -49,8 +49,10 @@ SWITCH_ENV = "CONVBERT_TEST_ZYGOTE"         # "0": real subprocesses only
 IMPORT_TIME_PREFIXES = ("TF_", "XLA_", "JAX_", "KERAS_", "CUDA", "PYTHON", "OMP_", "MKL_", "LD_",
                         "COVERAGE_")
 # Read after start-up (the zygote initialises no device), so the child's own value applies.
-RUN_TIME_VARIABLES = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES")
-MAX_ZYGOTES = 4                # per owner; a further set of settings gets real subprocesses
+RUN_TIME_VARIABLES = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES",
+                      "PYTHON")      # the scripts' interpreter (scripts/glue/*.sh), not Python's
+LAUNCHER = os.path.join(REPO_ROOT, "tests", "zygote_python")
+MAX_ZYGOTES = 6                # per owner; a further set of settings gets real subprocesses
 START_TIMEOUT_S = 180
 # A program that checks whether TensorFlow was imported needs a fresh interpreter; one that blocks
 # it gets, on Keras-on-JAX, a zygote that blocked it before its own imports.
@@ -270,6 +272,35 @@ class ZygotePopen(real_popen):
         return (0, 0) if status is None else (self.pid, status)
 
 
+def script_python(env, cwd=REPO_ROOT):
+    """The $PYTHON to hand a shell script the test runs with `env` (scripts/glue/run_all.sh):
+    tests/zygote_python, which runs `python ARGS` as a fork of the zygote for `env` (started
+    here if need be) — or this interpreter where there is none. Sets what the launcher needs in
+    `env`."""
+    environ = {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
+    if environ.get(SWITCH_ENV) == "0" or subprocess.Popen is not ZygotePopen or \
+            not _zygote_for(environ, os.path.abspath(cwd)):
+        return sys.executable
+    env["CONVBERT_TEST_PYTHON"] = sys.executable
+    return LAUNCHER
+
+
+def launch(args):
+    """tests/zygote_python: `python ARGS` as a fork of a running zygote, this process standing in
+    for it (the same stdin/stdout/stderr and exit status; SIGINT/SIGTERM/SIGHUP passed on); a
+    real interpreter where no zygote runs for this environment."""
+    install_client(owner=False)
+    proc = ZygotePopen([sys.executable, *args])
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda number, _: proc.send_signal(number))
+    code = proc.wait()
+    if code < 0:                    # killed by a signal: end the same way
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):    # (their handlers are fixed)
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
 def install_client(owner):
     """Route this process's Python subprocesses through zygotes (`owner`: may start them)."""
     global _owner
@@ -453,3 +484,7 @@ def _run(mode, target):
             except Exception:
                 pass
     return code
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT, shared_path
+from tests.zygote import script_python
 
 TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
               "num_attention_heads": 2, "intermediate_size": 64, "num_groups": 1}
@@ -466,9 +467,10 @@ def test_run_all_leaves_one_submission_zip(tmp_path, glue_dir, vocab):
     run_finetuning.py call, yet one zip holds both tasks' files with the test sets' row counts,
     and the last step names the server files still missing."""
     model_dir = tmp_path / "out"
-    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(REPO_ROOT),
-               TF_CPP_MIN_LOG_LEVEL="3", TASKS="rte wnli", MODEL_DIR=str(model_dir),
-               DATA_DIR=str(glue_dir), VOCAB_FILE=str(vocab))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3",
+               TASKS="rte wnli", MODEL_DIR=str(model_dir), DATA_DIR=str(glue_dir),
+               VOCAB_FILE=str(vocab))
+    env["PYTHON"] = script_python(env)     # the script's Python runs fork the tests' zygote
     hparams = dict(TINY_HPARAMS, max_eval_examples=16)
     proc = subprocess.run(
         ["bash", str(REPO_ROOT / "scripts" / "glue" / "run_all.sh"), "--do_predict",
