@@ -144,10 +144,9 @@ def _int64_list(feature):
     return [v - (1 << 64) if v >= 1 << 63 else v for v in values]
 
 
-def parse_example(record, names=FEATURES):
-    """{name: list of ints} of the int64 features `names` (None: all) of one serialized
-    tf.train.Example."""
-    out = {}
+def _feature_entries(record):
+    """(key, serialized Feature) of each entry of a serialized tf.train.Example's feature map,
+    with protobuf's defaults; ValueError / IndexError when it is not an Example."""
     for number, wire, features in fields(record):           # Example.features = 1
         if number != 1:
             continue
@@ -160,9 +159,14 @@ def parse_example(record, names=FEATURES):
                     key = bytes(_payload(n, w, v)).decode("utf-8")
                 elif n == 2:
                     value = _payload(n, w, v)
-            if (names is None or key in names) and value is not None:
-                out[key] = _int64_list(value)
-    return out
+            yield key, value
+
+
+def parse_example(record, names=FEATURES):
+    """{name: list of ints} of the int64 features `names` (None: all) of one serialized
+    tf.train.Example."""
+    return {key: _int64_list(value) for key, value in _feature_entries(record)
+            if (names is None or key in names) and value is not None}
 
 
 def check_shard(path, max_seq_length):
@@ -243,31 +247,16 @@ def _packed_payloads(record):
     """{feature name: its packed int64 payload} of a serialized Example in the layout our
     builders write (every feature an int64 list, packed); None for any other layout."""
     out = {}
-    for number, wire, features in fields(record):           # Example.features = 1
-        if number != 1 or wire != 2:
-            return None
-        for entry_number, entry_wire, entry in fields(features):
-            if entry_number != 1 or entry_wire != 2:
+    for key, value in _feature_entries(record):
+        payload = b""
+        for n, w, int64_list in fields(value or b""):         # Feature.int64_list = 3
+            if n != 3 or w != 2:
                 return None
-            key = value = None
-            for n, w, v in fields(entry):                     # map entry: key = 1, value = 2
-                if w != 2 or n not in (1, 2):
+            for inner_number, inner_wire, inner in fields(int64_list):
+                if inner_number != 1 or inner_wire != 2:      # not packed
                     return None
-                if n == 1:
-                    key = bytes(v)
-                else:
-                    value = v
-            payload = b""
-            for n, w, int64_list in fields(value or b""):     # Feature.int64_list = 3
-                if n != 3 or w != 2:
-                    return None
-                for inner_number, inner_wire, inner in fields(int64_list):
-                    if inner_number != 1 or inner_wire != 2:  # not packed
-                        return None
-                    payload += inner
-            if key is None:
-                return None
-            out[key.decode("utf-8", "replace")] = payload
+                payload += inner
+        out[key] = payload
     return out
 
 
@@ -279,7 +268,7 @@ def _decode_fast(records, max_seq_length):
     for record in records:
         try:
             example = _packed_payloads(record)
-        except (IndexError, ValueError):
+        except (IndexError, ValueError):                 # (UnicodeDecodeError is a ValueError)
             return None
         if example is None or any(name not in example for name in FEATURES):
             return None
