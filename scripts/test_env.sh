@@ -5,15 +5,23 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=3 JAX_P
 # (measured: tests/pretrain/test_jax_trainer.py + tests/training/test_nonfinite.py 209 s -> 165 s).
 # Empty at the start, removed at the end: nothing carries over between runs.
 jax_cache=$(mktemp -d)
-trap 'rm -rf "$jax_cache"' EXIT
+# And one directory for the inputs every worker of both pytest runs would make again (the
+# Hugging Face references, the tiny shards: tests/conftest.py made_once).
+test_cache=$(mktemp -d)
+trap 'rm -rf "$jax_cache" "$test_cache"' EXIT
 export JAX_COMPILATION_CACHE_DIR="$jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
-  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
+  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0 CONVBERT_TEST_CACHE="$test_cache"
 # XLA's CPU code generation without LLVM's optimisation passes for the suite on TensorFlow,
 # whose XLA programs (JAX-path tools, TF XLA steps) are tiny models: compiling is most of their
 # time (same programs, same HLO; measured: tests/pretrain/test_jax_trainer.py +
 # tests/training/test_tasks_both_cores.py 101 s -> 74 s CPU). Not for the JAX model tests: they
 # initialise base-size models eagerly, which unoptimised code makes slower (128 s -> 164 s).
 xla_flags_jax="${XLA_FLAGS:-}"
+# Likewise TensorFlow's graph optimizer (grappler) off in the tests' processes (tests/zygote.py
+# tensorflow_test_settings): it rewrites each traced function before its first run, more work
+# than the suite's tiny steps then do (measured: three heavy modules 146 s -> 120 s). The README
+# demo's test runs with it, as users do.
+export CONVBERT_TEST_GRAPPLER=0
 xla_flags_tensorflow="--xla_backend_optimization_level=0${XLA_FLAGS:+ $XLA_FLAGS}"
 cores=$(nproc)
 # One pytest-xdist worker per core, at most 4 (each holds TF, torch and JAX); whole files per

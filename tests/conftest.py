@@ -4,14 +4,22 @@
 repository in CI and on developer machines, but not in a user's fresh clone: tests that read it
 use `shared_path(...)`, which skips cleanly when it is absent.
 """
+import fcntl
+import hashlib
+import json
 import os
 import pathlib
+import shutil
+import subprocess
 import sys
 
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO_ROOT.parent / "shared"))
+# One directory per test run (scripts/test_env.sh makes it and removes it at the end) for what
+# every worker of both runs (TensorFlow, then JAX) would otherwise make again: see hf_reference_dir.
+RUN_CACHE_ENV = "CONVBERT_TEST_CACHE"
 
 
 # Modules whose fixtures run a whole pipeline (a minute or more on 2 cores). scripts/test.sh runs
@@ -41,6 +49,9 @@ def pytest_configure(config):
     CONVBERT_TEST_ZYGOTE=0 turns it off."""
     controller = not hasattr(config, "workerinput") and \
         getattr(config.option, "dist", "no") not in (None, "no")
+    if not controller and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
+        from tests.zygote import tensorflow_test_settings
+        tensorflow_test_settings()
     if os.environ.get("CONVBERT_TEST_ZYGOTE") != "0" and not controller:
         from tests import zygote
         zygote.install_client(owner=True)
@@ -63,6 +74,44 @@ def shared_path(*parts) -> pathlib.Path:
     if not path.exists():
         pytest.skip(f"{path} not available (../shared is absent)")
     return path
+
+
+def made_once(name, scratch, make) -> pathlib.Path:
+    """Directory `name` of the run's cache ($CONVBERT_TEST_CACHE; without it, under `scratch`),
+    filled by `make(directory)` the first time any worker asks for it (the others wait for it)
+    and only read after that: for inputs that depend on nothing but `name`."""
+    root = pathlib.Path(os.environ.get(RUN_CACHE_ENV) or scratch)
+    done = root / name
+    done.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{done}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            work = pathlib.Path(f"{done}.tmp")
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            make(work)
+            work.rename(done)
+    return done
+
+
+def hf_reference_dir(config, scratch, heads="mlm", seed=0) -> pathlib.Path:
+    """`../shared/tools/hf_reference.py gen`: a random Hugging Face ConvBERT written by
+    transformers (config.json, model.safetensors, inputs.npz, outputs.npz) for `config`, a size
+    name or a config dict; made once per run (made_once)."""
+    tool = shared_path("tools", "hf_reference.py")
+    spec = config if isinstance(config, str) else json.dumps(config, sort_keys=True)
+    key = hashlib.sha256(f"{spec}|{heads}|{seed}".encode()).hexdigest()[:16]
+
+    def make(work):
+        config_arg = spec
+        if not isinstance(config, str):
+            (work / "config.json").write_text(spec)
+            config_arg = str(work / "config.json")
+        subprocess.run([sys.executable, str(tool), "gen", "--config", config_arg, "--seed",
+                        str(seed), "--out", str(work / "ref"), "--heads", heads],
+                       check=True, capture_output=True, timeout=600)
+
+    return made_once(f"hf_reference/{key}", scratch, make) / "ref"
 
 
 @pytest.fixture

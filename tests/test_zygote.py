@@ -156,3 +156,20 @@ def test_a_shell_scripts_python_is_a_fork_too(program, monkeypatch):
         assert forked.stdout == fresh.stdout and pid_free(forked.stderr) == pid_free(fresh.stderr)
     assert results[0][0].stdout.endswith("status 3\n")
     assert results[0][1].stdout.endswith(f"status {128 + signal.SIGKILL}\n")
+
+
+def test_graph_optimizer_setting_reaches_forks_and_fresh_interpreters(monkeypatch):
+    """CONVBERT_TEST_GRAPPLER=0 (scripts/test_env.sh) turns grappler off in a fork and in a
+    fresh interpreter alike; =1 leaves TensorFlow's default on, as users run it."""
+    monkeypatch.setattr(zygote, "MAX_ZYGOTES", 99)   # whatever this worker has started before
+    code = ("from tests.zygote import tensorflow_test_settings; tensorflow_test_settings(); "
+            "import tensorflow as tf; "
+            "print(bool(tf.config.optimizer.get_experimental_options().get('disable_meta_optimizer')))")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("KERAS_BACKEND", None)
+    for setting, shown in (("0", "True"), ("1", "False")):
+        for switch in ("1", "0"):
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=300, env=dict(env, CONVBERT_TEST_GRAPPLER=setting,
+                                                        CONVBERT_TEST_ZYGOTE=switch))
+            assert done.stdout.split() == [shown], (setting, switch, done.stderr[-2000:])

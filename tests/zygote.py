@@ -46,8 +46,9 @@ import traceback
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 REGISTRY_ENV = "CONVBERT_TEST_ZYGOTES"      # the directory of this run's zygote sockets
 SWITCH_ENV = "CONVBERT_TEST_ZYGOTE"         # "0": real subprocesses only
+GRAPPLER_ENV = "CONVBERT_TEST_GRAPPLER"     # "0": TensorFlow's graph optimizer off (see below)
 IMPORT_TIME_PREFIXES = ("TF_", "XLA_", "JAX_", "KERAS_", "CUDA", "PYTHON", "OMP_", "MKL_", "LD_",
-                        "COVERAGE_")
+                        "COVERAGE_", GRAPPLER_ENV)
 # Read after start-up (the zygote initialises no device), so the child's own value applies.
 RUN_TIME_VARIABLES = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES",
                       "PYTHON")      # the scripts' interpreter (scripts/glue/*.sh), not Python's
@@ -301,6 +302,17 @@ def launch(args):
     sys.exit(code)
 
 
+def tensorflow_test_settings():
+    """Grappler, TensorFlow's graph optimizer, off where CONVBERT_TEST_GRAPPLER=0
+    (scripts/test_env.sh): it rewrites every traced function before its first run, which on the
+    suite's tiny models costs more than it saves (measured: three heavy test modules 146 s ->
+    120 s, medians of two). Called by the pytest workers and the zygotes on the TensorFlow
+    backend; a test that needs the graphs users run (the README demo's) sets it to 1."""
+    if os.environ.get(GRAPPLER_ENV) == "0":
+        import tensorflow as tf
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 def install_client(owner):
     """Route this process's Python subprocesses through zygotes (`owner`: may start them)."""
     global _owner
@@ -348,6 +360,8 @@ def serve(path):
             __import__(name)
         except Exception as e:   # the child meets the same error when it imports it itself
             print(f"zygote: preloading {name} failed: {e}", file=sys.stderr)
+    if backend == "tensorflow":
+        tensorflow_test_settings()
     install_client(owner=False)
     own = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     base_path = [p for p in sys.path[1:] if p not in own]   # [0] is "" (python -c); the site

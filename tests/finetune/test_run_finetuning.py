@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, shared_path
+from tests.conftest import REPO_ROOT, hf_reference_dir, shared_path
 from tests.zygote import script_python
 
 TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
@@ -205,18 +205,14 @@ def checkpoints(tmp_path_factory):
     import keras
     from model import ConvBertConfig, ConvBertModel
     root = tmp_path_factory.mktemp("ckpts")
-    tool = shared_path("tools", "hf_reference.py")
-    (root / "hf_cfg.json").write_text(json.dumps(HF_TINY_CONFIG))
-    subprocess.run([sys.executable, str(tool), "gen", "--config", str(root / "hf_cfg.json"),
-                    "--heads", "", "--out", str(root / "hf")], check=True, capture_output=True,
-                   timeout=TIMEOUT)
+    hf_dir = hf_reference_dir(HF_TINY_CONFIG, root, heads="")
     keras.utils.set_random_seed(7)
     model = ConvBertModel(ConvBertConfig.from_size("small", **TINY_MODEL))
     pretrain_dir = root / "pretrain_model_dir"
     model.save_pretrained(pretrain_dir / "discriminator")
     (pretrain_dir / "hparams.json").write_text(json.dumps({"max_seq_length": 32}))
     weights = {name: np.asarray(v) for name, v in model.weight_map().items()}
-    return {"hf": root / "hf", "pretrain": pretrain_dir, "weights": weights}
+    return {"hf": hf_dir, "pretrain": pretrain_dir, "weights": weights}
 
 
 def test_encoder_source_loads_hf_dir(checkpoints):

@@ -1,12 +1,8 @@
 """Fixtures for model tests: Hugging Face reference outputs made by ../shared/tools/hf_reference.py."""
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from tests.conftest import shared_path
+from tests.conftest import hf_reference_dir
 
 # A non-official config that exercises kernel size 7 and three FFN groups.
 K7_G3_CONFIG = {"vocab_size": 1000, "hidden_size": 96, "embedding_size": 48,
@@ -18,23 +14,9 @@ K7_G3_CONFIG = {"vocab_size": 1000, "hidden_size": 96, "embedding_size": 48,
 @pytest.fixture(scope="session")
 def hf_reference(tmp_path_factory):
     """hf_reference(name) -> directory with config.json, model.safetensors, inputs/outputs.npz."""
-    tool = shared_path("tools", "hf_reference.py")
-    made = {}
-
     def make(name, heads="mlm", seed=0):
-        key = (name, heads, seed)
-        if key not in made:
-            out = tmp_path_factory.mktemp(f"hf_{name}")
-            config = name
-            if name == "k7_g3":
-                config = str(out / "cfg.json")
-                with open(config, "w") as f:
-                    json.dump(K7_G3_CONFIG, f)
-            subprocess.run([sys.executable, str(tool), "gen", "--config", config, "--seed",
-                            str(seed), "--out", str(out / "ref"), "--heads", heads],
-                           check=True, capture_output=True)
-            made[key] = out / "ref"
-        return made[key]
+        config = K7_G3_CONFIG if name == "k7_g3" else name
+        return hf_reference_dir(config, tmp_path_factory.getbasetemp(), heads=heads, seed=seed)
 
     return make
 

@@ -256,11 +256,10 @@ def test_bad_model_size_is_a_one_line_error(tmp_path):
 
 def test_run_pretraining_resolves_a_row_name(tmp_path_factory, tmp_path):
     """The driver's own flag handling (`resolve`, no training) on the default corpus's shards."""
-    from data.default_corpus import build_default_pretraining_data, default_vocab_file
+    from data.default_corpus import default_vocab_file
     import run_pretraining
-    data = tmp_path_factory.getbasetemp() / "tiny_pretrain_data"  # as tests/pretrain builds it
-    if not list(data.glob("pretrain_data.tfrecord*")):
-        build_default_pretraining_data(str(data), max_seq_length=32, num_shards=2)
+    from tests.pretrain.test_run_pretraining import tiny_shards_dir
+    data = tiny_shards_dir(tmp_path_factory)
     flags_ = run_pretraining.FLAGS
     try:
         flags_.unparse_flags()

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.conftest import made_once
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SEQ = 32
 # A model small enough that tracing dominates: 1 layer, hidden 64, batch 8 x 32 tokens.
@@ -32,14 +34,18 @@ def tiny_hparams(**changes):
     return hp
 
 
+def tiny_shards_dir(tmp_path_factory):
+    """The default corpus's shards at max_seq_length 32 (2 shards), made once per run."""
+    from data.default_corpus import build_default_pretraining_data
+    return made_once("tiny_pretrain_data", tmp_path_factory.getbasetemp(), lambda work:
+                     build_default_pretraining_data(str(work), max_seq_length=SEQ, num_shards=2))
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """(shard glob, vocab file) of the default corpus at max_seq_length 32."""
-    from data.default_corpus import build_default_pretraining_data, default_vocab_file
-    out = tmp_path_factory.getbasetemp() / "tiny_pretrain_data"  # shared by the test modules
-    if not list(out.glob("pretrain_data.tfrecord*")):
-        build_default_pretraining_data(str(out), max_seq_length=SEQ, num_shards=2)
-    return str(out / "pretrain_data.tfrecord*"), default_vocab_file()
+    from data.default_corpus import default_vocab_file
+    return str(tiny_shards_dir(tmp_path_factory) / "pretrain_data.tfrecord*"), default_vocab_file()
 
 
 def driver_env(extra=None):
@@ -90,9 +96,11 @@ def trained(tiny_data, tmp_path_factory):
 def test_no_flag_demo(tmp_path):
     """The README's demo, `python run_pretraining.py` with no flags at all: 100 steps of the tiny
     model on the embedded corpus. Both losses fall, the discriminator leaves the "nothing was
-    replaced" prior (AUC well above 0.5) and the export loads."""
+    replaced" prior (AUC well above 0.5) and the export loads. With TensorFlow's graph optimizer
+    on, as users run it (the suite turns it off elsewhere: scripts/test_env.sh)."""
     proc = subprocess.run([sys.executable, str(REPO / "run_pretraining.py")], cwd=str(tmp_path),
-                          env=driver_env(), capture_output=True, text=True, timeout=900)
+                          env=driver_env({"CONVBERT_TEST_GRAPPLER": "1"}), capture_output=True,
+                          text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     model_dir = tmp_path / "runs" / "demo"
     summary = read_summary(model_dir)
