@@ -309,6 +309,8 @@ def tensorflow_test_settings():
     120 s, medians of two). Called by the pytest workers and the zygotes on the TensorFlow
     backend; a test that needs the graphs users run (the README demo's) sets it to 1."""
     if os.environ.get(GRAPPLER_ENV) == "0":
+        from base.command import quiet_tensorflow
+        quiet_tensorflow()        # its C++ start-up lines are no test's output
         import tensorflow as tf
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
