@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO_ROOT, shared_path
+from tests.zygote import script_python
 
 
 @pytest.fixture(scope="module")
@@ -18,9 +19,12 @@ def bundle(tmp_path_factory):
     shared = shared_path("data").parent
     root = tmp_path_factory.mktemp("gpu")
     out = root / "bundle"
+    env = dict(os.environ)
+    env["PYTHON"] = script_python(env)     # its Python and the builders it runs: zygote forks
     done = subprocess.run(["bash", "scripts/gpu_bundle.sh", f"--output_dir={out}",
                            f"--build_dir={root / 'build'}", f"--shared_dir={shared}"],
-                          cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=1200)
+                          cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=1200,
+                          env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return root, out, done.stdout
 

@@ -48,7 +48,7 @@ REGISTRY_ENV = "CONVBERT_TEST_ZYGOTES"      # the directory of this run's zygote
 SWITCH_ENV = "CONVBERT_TEST_ZYGOTE"         # "0": real subprocesses only
 GRAPPLER_ENV = "CONVBERT_TEST_GRAPPLER"     # "0": TensorFlow's graph optimizer off (see below)
 IMPORT_TIME_PREFIXES = ("TF_", "XLA_", "JAX_", "KERAS_", "CUDA", "PYTHON", "OMP_", "MKL_", "LD_",
-                        "COVERAGE_", GRAPPLER_ENV)
+                        "COVERAGE_")
 # Read after start-up (the zygote initialises no device), so the child's own value applies.
 RUN_TIME_VARIABLES = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "CUDA_VISIBLE_DEVICES",
                       "PYTHON")      # the scripts' interpreter (scripts/glue/*.sh), not Python's
@@ -307,7 +307,8 @@ def tensorflow_test_settings():
     (scripts/test_env.sh): it rewrites every traced function before its first run, which on the
     suite's tiny models costs more than it saves (measured: three heavy test modules 146 s ->
     120 s, medians of two). Called by the pytest workers and the zygotes on the TensorFlow
-    backend; a test that needs the graphs users run (the README demo's) sets it to 1."""
+    backend (a zygote takes its owner's setting: a test that needs the graphs users run, the
+    README demo's, runs a fresh interpreter)."""
     if os.environ.get(GRAPPLER_ENV) == "0":
         from base.command import quiet_tensorflow
         quiet_tensorflow()        # its C++ start-up lines are no test's output

@@ -96,10 +96,11 @@ def trained(tiny_data, tmp_path_factory):
 def test_no_flag_demo(tmp_path):
     """The README's demo, `python run_pretraining.py` with no flags at all: 100 steps of the tiny
     model on the embedded corpus. Both losses fall, the discriminator leaves the "nothing was
-    replaced" prior (AUC well above 0.5) and the export loads. With TensorFlow's graph optimizer
-    on, as users run it (the suite turns it off elsewhere: scripts/test_env.sh)."""
+    replaced" prior (AUC well above 0.5) and the export loads. A fresh interpreter, with
+    TensorFlow's graph optimizer on, as users run it (the suite's forks turn it off:
+    scripts/test_env.sh)."""
     proc = subprocess.run([sys.executable, str(REPO / "run_pretraining.py")], cwd=str(tmp_path),
-                          env=driver_env({"CONVBERT_TEST_GRAPPLER": "1"}), capture_output=True,
+                          env=driver_env({"CONVBERT_TEST_ZYGOTE": "0"}), capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     model_dir = tmp_path / "runs" / "demo"
