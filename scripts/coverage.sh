@@ -16,4 +16,4 @@ XLA_FLAGS="$xla_flags_jax" KERAS_BACKEND=jax .venv/bin/python -m coverage run -m
   "${parallel[@]}" tests/model "$@" || true
 .venv/bin/python -m coverage combine -q
 .venv/bin/python -m coverage report > .coverage_data/report.txt
-tail -1 .coverage_data/report.txt
+grep "^TOTAL" .coverage_data/report.txt   # (its last line may be "N empty files skipped.")
