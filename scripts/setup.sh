@@ -5,8 +5,8 @@
 #   bash scripts/setup.sh beam    # plus Apache Beam: the shard builder on a Beam runner (`dataflow`: with its GCP clients)
 #   bash scripts/setup.sh tpu     # a TPU VM: TensorFlow 2.20 with tensorflow-tpu, cloud-tpu-client
 # The packages are installed by uv (bootstrapped into .venv from PyPI) with the machine's pip
-# settings (index, find-links, constraints, certificate): a fresh `test` install 91 s -> 46 s on
-# 2 cores, as uv unpacks and byte-compiles in parallel. CONVBERT_SETUP_INSTALLER=pip installs
+# settings (index, find-links, constraints, certificate): a fresh `test` install 91 s -> 52 s on
+# 2 cores (empty uv cache), as uv unpacks and byte-compiles in parallel. CONVBERT_SETUP_INSTALLER=pip installs
 # with pip alone, as does any machine where uv cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."

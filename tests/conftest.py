@@ -18,7 +18,7 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DIR = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO_ROOT.parent / "shared"))
 # One directory per test run (scripts/test_env.sh makes it and removes it at the end) for what
-# every worker of both runs (TensorFlow, then JAX) would otherwise make again: see hf_reference_dir.
+# every worker of both runs (TensorFlow, then JAX) would otherwise make again: see made_once.
 RUN_CACHE_ENV = "CONVBERT_TEST_CACHE"
 
 

@@ -306,7 +306,7 @@ def tensorflow_test_settings():
     """Grappler, TensorFlow's graph optimizer, off where CONVBERT_TEST_GRAPPLER=0
     (scripts/test_env.sh): it rewrites every traced function before its first run, which on the
     suite's tiny models costs more than it saves (measured: three heavy test modules 146 s ->
-    120 s, medians of two). Called by the pytest workers and the zygotes on the TensorFlow
+    120 s, means of two runs). Called by the pytest workers and the zygotes on the TensorFlow
     backend (a zygote takes its owner's setting: a test that needs the graphs users run, the
     README demo's, runs a fresh interpreter)."""
     if os.environ.get(GRAPPLER_ENV) == "0":
