@@ -15,9 +15,12 @@ as arrays (data/pretraining_arrays.py; the held-out shard apart) and the tokeniz
    and what is left of `--budget_s` after the share kept for fine-tuning (`plan.json`: a rerun
    keeps it, so a resumed run trains on the same schedule);
 3. **pretrain** ConvBERT, then ELECTRA: the paper's small settings (batch 128 x 128, generator
-   1/4 wide, temperature 1, disc weight 50) at ELECTRA-small's peak lr 5e-4, 10% warm-up and
-   linear decay to 0 at the last step; the training core's step, fed its learning rate from the
-   host, so the step timed in stage 1 is the step that trains. Every 1/8 of the run the fixed
+   1/4 wide, temperature 1, disc weight 50) on the first steps of ELECTRA-small's official
+   learning-rate schedule (peak 5e-4, warm-up over 10,000 steps, linear decay over 1M): a short
+   run climbs the official warm-up, never reaching the peak. Squeezing a whole schedule into the
+   run (10% warm-up) took the lr to 5e-4 within 180 steps, and both discriminators collapsed to
+   the prior (docs/RESULTS.md §12-§13). The training core's step, fed its learning rate from
+   the host, so the step timed in stage 1 is the step that trains. Every 1/8 of the run the fixed
    held-out batch is scored (pretrain/heldout_eval.py: generator accuracy, discriminator AUC, and
    at the end every point's discriminator against the last generator's replacements);
 4. **finetune** ConvBERT, ELECTRA and a randomly initialised ConvBERT-small on CoLA, SST-2,
@@ -54,7 +57,11 @@ class GpuRecipe:
     name: str
     pretrain: dict              # PretrainingHParams overrides (both models)
     finetune: dict              # FinetuneHParams overrides (every model, task)
-    warmup_fraction: float = 0.1
+    warmup_fraction: float = 0.1   # of the run's steps, when schedule_steps is 0
+    # > 0: the lr schedule is that of a schedule_steps run warmed up over warmup_steps, of which
+    # the run trains its planned first steps (the official schedule's beginning)
+    schedule_steps: int = 0
+    warmup_steps: int = 0
     sst_epochs: float = 1.0
     max_trials: int = 3
     heldout_examples: int = 256
@@ -72,6 +79,7 @@ GPU_BUDGET = GpuRecipe(
     pretrain=dict(model_size="small", train_batch_size=128, max_seq_length=128,
                   learning_rate=5e-4, generator_hidden_size=0.25, temperature=1.0,
                   disc_weight=50.0, precision="bf16", log_every_n_steps=100),
+    schedule_steps=1_000_000, warmup_steps=10_000,       # ELECTRA-small's (official code)
     finetune=dict(model_size="small", learning_rate=3e-4, layerwise_lr_decay=0.8,
                   train_batch_size=32, eval_batch_size=128, max_seq_length=128, precision="bf16",
                   log_every_steps=250, steps_per_loop=25))
@@ -172,6 +180,7 @@ class GpuRun:
         self.stage_seconds, self.compile_seconds, self.heldout_fns = {}, {}, {}
         self.finetuners = None
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
+                        "pretrain_lr_schedule": self.lr_schedule(),
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
         fileio.makedirs(self.out)
         fileio.makedirs(self.work)
@@ -202,7 +211,8 @@ class GpuRun:
         return make_hparams(overrides={
             **overrides, "model_hparam_overrides": arch, "model_name": model,
             "num_train_steps": max(1, steps),
-            "num_warmup_steps": int(self.recipe.warmup_fraction * max(1, steps)),
+            "num_warmup_steps": (self.recipe.warmup_steps if self.recipe.schedule_steps else
+                                 int(self.recipe.warmup_fraction * max(1, steps))),
             "vocab_size": b["vocab_size"], "seed": self.seed,
             "max_seq_length": b["max_seq_length"],
             "steps_per_loop": self.recipe.steps_per_loop,
@@ -211,6 +221,23 @@ class GpuRun:
             # ~20 points on the training curves whatever the run's length
             "log_every_n_steps": max(1, min(overrides.get("log_every_n_steps", 100),
                                             steps // 20))})
+
+    def pretrain_settings(self, hp):
+        """The core's settings of a pre-training run: `hp`'s, on the recipe's long schedule
+        when it has one."""
+        from pretrain.hparams import train_settings
+        settings = train_settings(hp)
+        if self.recipe.schedule_steps:
+            settings = dataclasses.replace(settings, schedule_steps=self.recipe.schedule_steps)
+        return settings
+
+    def lr_schedule(self):
+        """The pre-training learning-rate schedule, as the reports state it."""
+        r = self.recipe
+        if r.schedule_steps:
+            return {"peak_lr": r.pretrain["learning_rate"], "warmup_steps": r.warmup_steps,
+                    "schedule_steps": r.schedule_steps}
+        return {"peak_lr": r.pretrain["learning_rate"], "warmup_fraction": r.warmup_fraction}
 
     def build_models(self, features):
         """{model: (pretrainer, core, step)} (the pre-training task built on a JAX core; steps
@@ -398,7 +425,6 @@ class GpuRun:
     # -------------------------------------------------------------- 3. pre-training
     def pretrain(self, model, built, steps, train_arrays, heldout):
         from pretrain import heldout_eval
-        from pretrain.hparams import train_settings
         model_dir = os.path.join(self.work, "pretrain", model)
         summary_path = os.path.join(model_dir, "pretraining_summary.json")
         curve_path = os.path.join(model_dir, "heldout_curve.jsonl")
@@ -420,7 +446,7 @@ class GpuRun:
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
 
-        core.set_settings(train_settings(hp))
+        core.set_settings(self.pretrain_settings(hp))
         core.label = model
         core.task.arrays = train_arrays
         summary = core.fit_task(
@@ -601,6 +627,15 @@ class GpuRun:
                       + ("the official count" if plan["finetune_step_fraction"] >= 1.0 else
                          f"{plan['finetune_step_fraction']:.2f} of the official count on every "
                          "task (the budget's cap)") + ".", ""]
+        sched = self.lr_schedule()
+        if "schedule_steps" in sched:
+            lines += [f"Pre-training learning rate: the first steps of a {sched['schedule_steps']:,}"
+                      f"-step schedule (peak {sched['peak_lr']:g}, linear warm-up over "
+                      f"{sched['warmup_steps']:,} steps, then linear decay to 0).", ""]
+        else:
+            lines += [f"Pre-training learning rate: peak {sched['peak_lr']:g}, warm-up over "
+                      f"{100 * sched['warmup_fraction']:g}% of the run, linear decay to 0 at its "
+                      "last step.", ""]
         lines.append(f"Fine-tuning: official settings, SST-2 capped at {self.recipe.sst_epochs:g} "
                      f"epoch(s); seeds run in rounds while the budget lasts.")
         lines.append("")

@@ -121,11 +121,10 @@ def main(argv=None):
                 variable.assign(value)
         hp_v = dataclasses.replace(hp, learning_rate=hp.learning_rate * lr_scale,
                                    num_warmup_steps=int(warmup_share * args.schedule_steps))
-        core.set_settings(train_settings(hp_v))        # the schedule of a schedule_steps run ...
-        core.settings = dataclasses.replace(             # ... stopped after `steps`
-            core.settings, total_steps=args.steps,
-            save_every=max(1, args.steps // args.points),
-            log_every=max(1, args.steps // 10), steps_per_loop=min(25, max(1, args.steps // 10)))
+        core.set_settings(dataclasses.replace(            # a schedule_steps run's schedule,
+            train_settings(hp_v), schedule_steps=args.schedule_steps,    # stopped after `steps`
+            total_steps=args.steps, save_every=max(1, args.steps // args.points),
+            log_every=max(1, args.steps // 10), steps_per_loop=min(25, max(1, args.steps // 10))))
         core.label = f"{args.model} {name}"
         points = []
 

@@ -62,9 +62,13 @@ def test_smoke_run_end_to_end_and_resume(bundle):
         assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
         for entry in data["glue"][model].values():
             assert entry["summary"][entry["metric"]]["n"] == 2        # two seeds
+    # the first steps of ELECTRA-small's schedule: lr = 5e-4 * step / 10,000 (steps 0..3)
+    assert data["pretrain_lr_schedule"] == {"peak_lr": 5e-4, "warmup_steps": 10_000,
+                                            "schedule_steps": 1_000_000}
     for model in ("convbert", "electra"):
         p = data["pretraining"][model]
         assert p["global_step"] == 4 and len(p["heldout"]) == 2
+        assert p["history"][-1]["learning_rate"] == pytest.approx(5e-4 * 3 / 10_000, rel=1e-3)
         assert all("disc_auc_last_gen" in h for h in p["heldout"])
     tp = json.loads((results / "throughput.json").read_text())
     assert tp["platform"] == "cpu" and set(tp["models"]) == {"convbert", "electra"}

@@ -216,10 +216,8 @@ class JaxTrainingCore:
         and save intervals), with the schedule they make. A step with a host learning rate
         stays valid; what is compiled into it (weight decay, clipping, layer-wise decay,
         precision) must not change."""
-        from training import optimization
-        s = self.settings = settings
-        self.schedule = optimization.linear_warmup_linear_decay(
-            s.learning_rate, s.warmup(s.total_steps), s.total_steps, power=s.lr_decay_power)
+        self.settings = settings
+        self.schedule = settings.schedule()
 
     def reset(self):
         """Optimizer state (Adam moments, iterations) back to zero on the same variables, so the

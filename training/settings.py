@@ -24,25 +24,36 @@ class TrainSettings:
     save_every: Optional[int] = None
     keep_checkpoints: int = 5
     export_on_save: bool = True
+    # The learning-rate schedule's length when the run stops before its end (a short run on the
+    # first steps of a long run's schedule, e.g. the official 10,000-step warm-up); None: total_steps
+    schedule_steps: Optional[int] = None
 
     def warmup(self, total_steps):
         return max(int(self.warmup_steps), int(total_steps * self.warmup_proportion))
+
+    def schedule(self, total_steps=None):
+        """The linear warm-up / decay schedule of both cores: over `schedule_steps` when set,
+        else over `total_steps` (default: the run's)."""
+        from training import optimization
+        if total_steps is None:
+            total_steps = self.schedule_steps or self.total_steps
+        total_steps = int(total_steps)
+        return optimization.linear_warmup_linear_decay(
+            self.learning_rate, self.warmup(total_steps), total_steps, power=self.lr_decay_power)
 
 
 def build_optimizer(settings, named_variables, total_steps=None, host_learning_rate=False):
     """(optimizer, schedule) of both training cores: ELECTRA's AdamW without bias correction
     (training/optimization.py), the linear warm-up / decay schedule over `total_steps` (default
-    settings.total_steps), weight decay off for LayerNorm / bias (matched on the official names of
-    `named_variables`), optional layer-wise LR decay, gradients clipped to global norm
+    `settings.schedule()`'s), weight decay off for LayerNorm / bias (matched on the official
+    names of `named_variables`), optional layer-wise LR decay, gradients clipped to global norm
     `clip_norm`. With `host_learning_rate` the optimizer keeps a float learning rate that the
     JAX core's step overwrites each step from `schedule` (training/jax_core.py); otherwise the
     schedule is traced into the optimizer. Not built yet: TensorFlow's core wraps it for loss
     scaling first."""
     from training import optimization
     s = settings
-    total_steps = s.total_steps if total_steps is None else int(total_steps)
-    schedule = optimization.linear_warmup_linear_decay(
-        s.learning_rate, s.warmup(total_steps), total_steps, power=s.lr_decay_power)
+    schedule = s.schedule(total_steps)
     named_variables = dict(named_variables)
     multipliers = None
     if s.layerwise_lr_decay and s.layerwise_lr_decay != 1.0:

@@ -236,3 +236,19 @@ def test_format_duration_and_step_rate():
     assert rate.steps_per_second(3) == pytest.approx(1.0)
     assert rate.eta(3) == pytest.approx(7.0)
     assert rate.first_step_seconds == pytest.approx(5.0)
+
+
+def test_schedule_steps_runs_the_first_steps_of_a_longer_schedule():
+    """A short run on a long run's schedule (the GPU recipe: ELECTRA-small's 10,000-step warm-up
+    of a 1M-step schedule, stopped after a few hundred steps): the TensorFlow core's learning
+    rate climbs the long warm-up and the run stops at its own total_steps."""
+    lines = []
+    _, core = new_core(lines, total_steps=8, warmup_steps=100, schedule_steps=1000,
+                       learning_rate=0.1)
+    summary = core.fit()
+    assert summary["global_step"] == 8
+    assert float(core.schedule(7)) == pytest.approx(0.1 * 7 / 100 * (1 - 7 / 1000), rel=1e-5)
+    assert summary["history"][-1]["learning_rate"] == pytest.approx(float(core.schedule(7)),
+                                                                   rel=1e-5)
+    short = TrainSettings(total_steps=8, batch_size=4, learning_rate=0.1, warmup_steps=100)
+    assert float(short.schedule()(7)) == pytest.approx(0.1 * 7 / 100 * (1 - 7 / 8), rel=1e-5)
