@@ -18,6 +18,8 @@ discriminator AUC: pretrain/heldout_eval.py); at the end, the discriminator's fi
 on 16 held-out sequences: the mean cosine between two tokens' states (near 1 = every token the
 same vector: a collapsed representation) and the spread of its logits. The precision is one per
 process (`--precision`): run bf16 and fp32 as two processes to compare them.
+
+    python -m reproduce.gpu_rtd_probe --plot=F.png --inputs=a.json,b.json    # one figure of them
 """
 import argparse
 import dataclasses
@@ -52,6 +54,35 @@ def hidden_spread(pretrainer, heldout, examples=16, tokens=512):
             "disc_logit_std": round(float(logits[real].std()), 5)}
 
 
+def plot_probes(paths, png):
+    """One figure of probe results (the JSON files of `--output`): held-out discriminator AUC
+    and the learning rate against the step, one line per model x precision x variant (its final
+    hidden-state cosine in its label; one legend for both panels)."""
+    from base import fileio
+    from base.plots import pyplot, save_figure
+    plt = pyplot()
+    fig, (auc_ax, lr_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
+    styles = {"run": "-", "warmup10x": "--", "lowlr": ":"}
+    for path in paths:
+        data = json.loads(fileio.read_text(path))
+        for name, variant in data["variants"].items():
+            steps = [p["step"] for p in variant["points"]]
+            label = (f"{data['model']} {data['precision']} {name} (final hidden cosine "
+                     f"{variant['hidden_cosine']:.2f})")
+            line, = auc_ax.plot(steps, [p["disc_auc"] for p in variant["points"]],
+                                styles.get(name, "-"), marker="o", label=label)
+            lr_ax.plot(steps, [p["learning_rate"] for p in variant["points"]],
+                       styles.get(name, "-"), marker="o", color=line.get_color(), label=label)
+    auc_ax.set(title="Held-out discriminator AUC (0.5 = the prior)", xlabel="optimizer step",
+               ylabel="ROC AUC (non-padding tokens)", ylim=(0.45, 1.0))
+    lr_ax.set(title="Learning rate at the held-out points", xlabel="optimizer step",
+              ylabel="learning rate", yscale="log")
+    fig.tight_layout()
+    # one legend for both panels (same lines, same colours), below them: no line hidden
+    auc_ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(1.1, -0.16), ncol=3)
+    save_figure(fig, png)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +96,13 @@ def main(argv=None):
     ap.add_argument("--heldout_examples", type=int, default=256)
     ap.add_argument("--output", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
+    ap.add_argument("--plot", default=None, metavar="PNG",
+                    help="no training: plot the probe results named by --inputs into PNG")
+    ap.add_argument("--inputs", default="", help="with --plot: comma-separated probe JSON files")
     args = ap.parse_args(argv)
+    if args.plot:
+        plot_probes([p for p in args.inputs.split(",") if p], args.plot)
+        return 0
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
     os.environ.setdefault("KERAS_BACKEND", "jax")

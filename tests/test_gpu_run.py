@@ -157,6 +157,14 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
     assert runs["run"]["points"][-1]["learning_rate"] == pytest.approx(5e-4 * decay, rel=1e-3)
     assert runs["warmup10x"]["points"][-1]["learning_rate"] == pytest.approx(
         5e-4 * decay * 4 / 40, rel=1e-3)
+    # the figure of docs/RESULTS.md, from the JSON alone
+    from base.plots import png_labels
+    from reproduce.gpu_rtd_probe import main as probe_main
+    png = tmp_path / "probe.png"
+    assert probe_main([f"--plot={png}", f"--inputs={result}"]) == 0
+    (auc, lr) = png_labels(str(png))
+    assert auc["ylabel"].startswith("ROC AUC") and lr["ylabel"] == "learning rate"
+    assert len(auc["legend"]) == 3 and "lowlr" in auc["legend"][2]
 
 
 def test_profile_rtd_step_uses_the_runs_settings():
