@@ -13,7 +13,8 @@ as arrays (data/pretraining_arrays.py; the held-out shard apart) and the tokeniz
    step time; MFU counted as benchmarks/gpu_pretrain.py counts: model/flops.py);
 2. **plan**: the number of pre-training steps, the same for both models, from those step times
    and what is left of `--budget_s` after the share kept for fine-tuning (`plan.json`: a rerun
-   keeps it, so a resumed run trains on the same schedule);
+   keeps it, so a resumed run trains on the same schedule; it also keeps stage 1's timings,
+   `throughput.json`, and compiles only the steps of the stages left);
 3. **pretrain** ConvBERT, then ELECTRA: the paper's small settings (batch 128 x 128, generator
    1/4 wide, temperature 1, disc weight 50) on the first steps of ELECTRA-small's official
    learning-rate schedule (peak 5e-4, warm-up over 10,000 steps, linear decay over 1M): a short
@@ -274,11 +275,16 @@ class GpuRun:
             shapes.setdefault((spec.num_labels, spec.is_regression), task)
         return list(shapes.values())
 
-    def precompile(self, built, batch, heldout, features):
-        """Every step of the run compiled up front, in parallel (training/jax_core.precompile)."""
+    def precompile(self, built, batch, heldout, features, pretrain_models=PRETRAINED,
+                   finetune=True):
+        """Every step of the run compiled up front, in parallel (training/jax_core.precompile):
+        those of `pretrain_models`' pre-training and held-out scoring, and with `finetune` the
+        fine-tuning and predict steps (a resumed run: only what is left to run)."""
         from training.jax_core import precompile
         jobs = []
         for model, (_, core, step) in built.items():
+            if model not in pretrain_models:
+                continue
             state = core.task_state()
             jobs.append((f"pretrain {model}", step, (state, batch, np.int64(0), np.float32(0))))
             gen_fn, disc_fn = self.heldout_fns[model]
@@ -289,14 +295,33 @@ class GpuRun:
             jobs.append((f"held-out discriminator {model}",) + disc_fn.precompile_job(
                 part["input_ids"], part["input_mask"], part["segment_ids"]))
         configs = self.encoder_configs(built)
-        for model in PRETRAINED:
+        for model in PRETRAINED if finetune else ():
             for task in self.head_tasks():
                 hp = self.finetune_hparams(task)
                 finetuner = self.finetuners.get(configs[model], task, hp)
                 jobs += [(f"{name} {model}", step, args) for name, step, args in
                          finetuner.precompile_jobs(features[task][0], hp.train_batch_size,
                                                    hp.eval_batch_size)]
+        if not jobs:
+            self.log("precompile: nothing left to run")
+            return {}
         return precompile(jobs, log=self.log)
+
+    def work_left(self, steps):
+        """(models whose pre-training has not reached `steps`, whether a fine-tuning trial is
+        missing) from what the work folder holds."""
+        models = []
+        for model in PRETRAINED:
+            path = os.path.join(self.work, "pretrain", model, "pretraining_summary.json")
+            if not fileio.exists(path) or \
+                    json.loads(fileio.read_text(path))["global_step"] < steps:
+                models.append(model)
+        finetune = any(
+            not fileio.exists(os.path.join(self.work, "finetune", model, "results",
+                                           f"{task}_dev_metrics_trial{trial}.json"))
+            for model in MODELS for task in self.tasks
+            for trial in range(1, self.recipe.max_trials + 1))
+        return tuple(models), finetune
 
     # -------------------------------------------------------------- 1. throughput
     def throughput(self, built, batch):
@@ -657,17 +682,33 @@ class GpuRun:
         built = self._stage("build", lambda: self.build_models(features))
         batch = next(array_batches(train_arrays, self.recipe.pretrain["train_batch_size"],
                                    seed=12345))
-        self.compile_seconds = self._stage(
-            "compile", lambda: self.precompile(built, batch, heldout, features))
+        saved_throughput = os.path.join(self.work, "throughput.json")
+        saved_plan = os.path.join(self.work, "plan.json")
+        if fileio.exists(saved_throughput) and fileio.exists(saved_plan):
+            # A rerun: the first run's timings and plan stand, and only the steps of the stages
+            # left are compiled (on a GPU the compile stage is ~2 minutes of device time).
+            self.results["throughput"] = json.loads(fileio.read_text(saved_throughput))
+            self.log(f"throughput from {saved_throughput}")
+            steps = json.loads(fileio.read_text(saved_plan))["steps"]
+            models, finetune = self.work_left(steps)
+            self.compile_seconds = self._stage("compile", lambda: self.precompile(
+                built, batch, heldout, features, pretrain_models=models, finetune=finetune))
+            finetune_step_s = {k: v / 1e3 for k, v in
+                               self.results["throughput"]["finetune_step_ms"].items()}
+        else:
+            self.compile_seconds = self._stage(
+                "compile", lambda: self.precompile(built, batch, heldout, features))
+            self.results["throughput"] = self._stage("throughput",
+                                                     lambda: self.throughput(built, batch))
+            finetune_step_s = self._stage("throughput",
+                                          lambda: self.finetune_step_seconds(built, features))
+            self.results["throughput"]["finetune_step_ms"] = {
+                k: round(1e3 * v, 3) for k, v in finetune_step_s.items()}
+            self.results["throughput"]["heldout_eval_s"] = round(
+                self._stage("throughput", lambda: self.heldout_seconds(heldout)), 2)
+            fileio.write_text_atomic(saved_throughput,
+                                     json.dumps(self.results["throughput"], indent=2) + "\n")
         self.results["compile_seconds"] = self.compile_seconds
-        self.results["throughput"] = self._stage("throughput",
-                                                 lambda: self.throughput(built, batch))
-        finetune_step_s = self._stage("throughput",
-                                      lambda: self.finetune_step_seconds(built, features))
-        self.results["throughput"]["finetune_step_ms"] = {
-            k: round(1e3 * v, 3) for k, v in finetune_step_s.items()}
-        self.results["throughput"]["heldout_eval_s"] = round(
-            self._stage("throughput", lambda: self.heldout_seconds(heldout)), 2)
         self.report()
         plan = self.results["plan"] = self._stage("plan", lambda: self.plan(
             self.results["throughput"], self.finetune_round_seconds(features, finetune_step_s)))

@@ -82,6 +82,9 @@ def test_smoke_run_end_to_end_and_resume(bundle):
                            env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "pre-trained (4 steps), skipped" in again.stdout
+    # the first run's timings and plan stand; nothing is compiled or timed again
+    assert "throughput from" in again.stdout and "precompile: nothing left to run" in again.stdout
+    assert json.loads((results / "throughput.json").read_text()) == tp
     assert "training 3 steps" not in again.stdout          # every fine-tuning trial was kept
     assert json.loads((results / "results.json").read_text())["glue"] == data["glue"]
 

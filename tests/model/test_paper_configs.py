@@ -61,6 +61,12 @@ OLDER = [("electra_small", 13_483_008), ("convbert_medium_small", 17_475_888),
 OLDER += [("lm_small_mixed", 13_143_640), ("lm_small_transformer", 13_138_144)]
 
 _BUILT = {}
+# One row of each kind (architecture switches, not sizes): the rows the JAX run builds at full
+# size and every run runs on tiny inputs.
+ONE_OF_EACH_KIND = ["table1_electra_small", "table1_convbert_small_bnk",
+                    "table1_convbert_medium_small_bnk_gl_larger", "table2_small_conventional",
+                    "table2_small_dynamic", "fig5_small_kernel1", "fig5_small_kernel27",
+                    "ablation_small_conv_only"]
 
 
 def built_count(name):
@@ -115,6 +121,12 @@ def test_readme_records_our_exact_count_and_the_paper_figure():
 def test_config_builds_with_the_recorded_parameter_count(name, paper, exact):
     config = ConvBertConfig.from_name(name)
     assert encoder_parameters(config) == exact
+    import keras
+    if keras.backend.backend() != "tensorflow" and name not in ONE_OF_EACH_KIND:
+        # Keras creates the same variables on every backend (tests/model/test_backends.py loads
+        # one set of weights on both): the TensorFlow run builds every row at full size, the
+        # JAX run one row of each kind (the base-size builds were most of its grid's 20 s).
+        return
     assert built_count(name) == exact
 
 
@@ -123,7 +135,8 @@ def test_config_builds_with_the_recorded_parameter_count(name, paper, exact):
                                                                         reason=_NOT_REACHED))
     for r in TABLE1], ids=[r[0] for r in TABLE1])
 def test_table1_parameter_count_matches_the_paper_at_its_rounding(name, paper, exact):
-    assert round(built_count(name) / 1e6) == paper
+    # the count the row's config gives (equal to the built model's: the test above)
+    assert round(encoder_parameters(ConvBertConfig.from_name(name)) / 1e6) == paper
 
 
 def test_rows_are_what_their_names_say():
@@ -157,11 +170,7 @@ def test_rows_are_what_their_names_say():
     assert not conv_only.use_self_attention and conv_only.num_conv_heads == 4
 
 
-@pytest.mark.parametrize("name", ["table1_electra_small", "table1_convbert_small_bnk",
-                                  "table1_convbert_medium_small_bnk_gl_larger",
-                                  "table2_small_conventional", "table2_small_dynamic",
-                                  "fig5_small_kernel1", "fig5_small_kernel27",
-                                  "ablation_small_conv_only"])
+@pytest.mark.parametrize("name", ONE_OF_EACH_KIND)
 def test_variants_run_on_tiny_inputs(name):
     """One short forward per kind of row (2 layers, 8 tokens): every variant is runnable."""
     config = ConvBertConfig.from_name(name).replace(num_hidden_layers=2, vocab_size=64)
