@@ -74,6 +74,24 @@ class GpuRecipe:
     min_pretrain_share: float = 0.5   # of the seconds left after compiling (plan_budget)
     max_eval_examples: int = 0     # smoke: first N dev examples
 
+    def lr_schedule(self):
+        """The pre-training learning-rate schedule, as the reports state it."""
+        if self.schedule_steps:
+            return {"peak_lr": self.pretrain["learning_rate"], "warmup_steps": self.warmup_steps,
+                    "schedule_steps": self.schedule_steps}
+        return {"peak_lr": self.pretrain["learning_rate"], "warmup_fraction": self.warmup_fraction}
+
+
+def schedule_text(schedule):
+    """One sentence of results.md for `GpuRecipe.lr_schedule()`."""
+    if "schedule_steps" in schedule:
+        return (f"Pre-training learning rate: the first steps of a {schedule['schedule_steps']:,}"
+                f"-step schedule (peak {schedule['peak_lr']:g}, linear warm-up over "
+                f"{schedule['warmup_steps']:,} steps, then linear decay to 0).")
+    return (f"Pre-training learning rate: peak {schedule['peak_lr']:g}, warm-up over "
+            f"{100 * schedule['warmup_fraction']:g}% of the run, linear decay to 0 at its last "
+            "step.")
+
 
 GPU_BUDGET = GpuRecipe(
     name="gpu_budget",
@@ -181,7 +199,7 @@ class GpuRun:
         self.stage_seconds, self.compile_seconds, self.heldout_fns = {}, {}, {}
         self.finetuners = None
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
-                        "pretrain_lr_schedule": self.lr_schedule(),
+                        "pretrain_lr_schedule": recipe.lr_schedule(),
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
         fileio.makedirs(self.out)
         fileio.makedirs(self.work)
@@ -231,14 +249,6 @@ class GpuRun:
         if self.recipe.schedule_steps:
             settings = dataclasses.replace(settings, schedule_steps=self.recipe.schedule_steps)
         return settings
-
-    def lr_schedule(self):
-        """The pre-training learning-rate schedule, as the reports state it."""
-        r = self.recipe
-        if r.schedule_steps:
-            return {"peak_lr": r.pretrain["learning_rate"], "warmup_steps": r.warmup_steps,
-                    "schedule_steps": r.schedule_steps}
-        return {"peak_lr": r.pretrain["learning_rate"], "warmup_fraction": r.warmup_fraction}
 
     def build_models(self, features):
         """{model: (pretrainer, core, step)} (the pre-training task built on a JAX core; steps
@@ -652,15 +662,7 @@ class GpuRun:
                       + ("the official count" if plan["finetune_step_fraction"] >= 1.0 else
                          f"{plan['finetune_step_fraction']:.2f} of the official count on every "
                          "task (the budget's cap)") + ".", ""]
-        sched = self.lr_schedule()
-        if "schedule_steps" in sched:
-            lines += [f"Pre-training learning rate: the first steps of a {sched['schedule_steps']:,}"
-                      f"-step schedule (peak {sched['peak_lr']:g}, linear warm-up over "
-                      f"{sched['warmup_steps']:,} steps, then linear decay to 0).", ""]
-        else:
-            lines += [f"Pre-training learning rate: peak {sched['peak_lr']:g}, warm-up over "
-                      f"{100 * sched['warmup_fraction']:g}% of the run, linear decay to 0 at its "
-                      "last step.", ""]
+        lines += [schedule_text(self.recipe.lr_schedule()), ""]
         lines.append(f"Fine-tuning: official settings, SST-2 capped at {self.recipe.sst_epochs:g} "
                      f"epoch(s); seeds run in rounds while the budget lasts.")
         lines.append("")

@@ -113,6 +113,33 @@ def test_plan_budget_keeps_pre_training_its_share():
                                                       "pretrain_seconds": None}
 
 
+def test_learning_rate_schedules_and_what_a_rerun_has_left(bundle, tmp_path):
+    """The recipe's schedule as the reports state it (the official warm-up, or the 10% warm-up
+    of the first GPU runs, still selectable), and `GpuRun.work_left` from the work folder."""
+    import dataclasses
+    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, GpuRun, Log, schedule_text
+    assert "first steps of a 1,000,000-step schedule" in schedule_text(GPU_BUDGET.lr_schedule())
+    squeezed = dataclasses.replace(GPU_BUDGET, schedule_steps=0).lr_schedule()
+    assert squeezed == {"peak_lr": 5e-4, "warmup_fraction": 0.1}
+    assert "warm-up over 10% of the run" in schedule_text(squeezed)
+    _, out, _ = bundle
+    work = tmp_path / "work"
+    run = GpuRun(SMOKE, str(out), str(tmp_path / "out"), str(work), 100, Log())
+    assert run.work_left(4) == (("convbert", "electra"), True)
+    for model, step in (("convbert", 4), ("electra", 2)):
+        (work / "pretrain" / model).mkdir(parents=True)
+        (work / "pretrain" / model / "pretraining_summary.json").write_text(
+            json.dumps({"global_step": step}))
+    assert run.work_left(4) == (("electra",), True)
+    for model in ("convbert", "electra", "random"):
+        results = work / "finetune" / model / "results"
+        results.mkdir(parents=True)
+        for task in ("cola", "sst", "mrpc", "sts", "rte"):
+            for trial in (1, 2):
+                (results / f"{task}_dev_metrics_trial{trial}.json").write_text("{}")
+    assert run.work_left(2) == ((), False)
+
+
 def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
     """reproduce/gpu_random_finetune.py (the random-init row alone) on the CPU with the smoke
     model: one step, the dev metrics and the distinct predictions in its JSON."""

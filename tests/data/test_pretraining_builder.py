@@ -120,3 +120,19 @@ def test_rebuild_replaces_old_shards_and_cleans_stale_temp_files(wikitext_dir, t
     _build(wikitext_dir, out, bert_vocab_file, num_shards=2)
     assert sorted(os.listdir(out)) == sorted(
         [SUMMARY_FILE, "pretrain_data.tfrecord-0-of-2", "pretrain_data.tfrecord-1-of-2"])
+
+
+def test_small_files_grouped_per_tokenizer_call_give_the_same_examples(tmp_path, bert_vocab_file):
+    """Small files are tokenized together, one call per `lines_per_batch` lines: a group that
+    fills up is packed and a new one starts; the examples are those of one call for all."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"doc{i}.txt").write_text(
+            f"File {i} starts here.\nIt has a second line.\n\nAnd a second document {i}.\n")
+    one_call = _build(corpus, tmp_path / "one", bert_vocab_file, max_seq_length=16, num_shards=1)
+    grouped = _build(corpus, tmp_path / "grouped", bert_vocab_file, max_seq_length=16,
+                     num_shards=1, lines_per_batch=6)     # 4-line files: a group per two files
+    assert grouped["examples"] == one_call["examples"] > 0
+    for name, rows in read_examples(tmp_path / "one").items():
+        np.testing.assert_array_equal(read_examples(tmp_path / "grouped")[name], rows)

@@ -112,3 +112,43 @@ def test_records_in_another_layout_decode_as_protobuf_does():
                       "segment_ids": (segments, True)})
     with pytest.raises(DataError, match=r"^f: record 1 has 3 input_ids values, expected 4"):
         _decode([ours, short], [(0, 0), (0, 1)], ["f"], 4)
+
+
+def test_protobuf_fields_of_every_wire_type():
+    """base/protowire.fields: varint, 64-bit, length-delimited and 32-bit fields; an unknown
+    wire type is a ValueError (the readers turn it into a one-line error)."""
+    from base.protowire import encode_varint, fields
+    message = (encode_varint(1 << 3 | 0) + encode_varint(300)
+               + encode_varint(2 << 3 | 1) + bytes(range(8))
+               + encode_varint(3 << 3 | 2) + encode_varint(2) + b"hi"
+               + encode_varint(4 << 3 | 5) + bytes(range(4)))
+    assert [(n, w, bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else v)
+            for n, w, v in fields(message)] == [
+        (1, 0, 300), (2, 1, bytes(range(8))), (3, 2, b"hi"), (4, 5, bytes(range(4)))]
+    with pytest.raises(ValueError, match="wire type 3"):
+        list(fields(encode_varint(5 << 3 | 3)))
+
+
+def test_fields_a_parser_must_skip_are_skipped():
+    """What a parser must ignore: fields of other numbers in an Example, its Features map and an
+    Int64List, and a feature that is not an int64 list (a float list) in a record of another
+    layout; the decoded ids are the same as without them."""
+    from base.protowire import encode_varint, fields
+    from data.tfrecord_io import _decode, _int64_list, _packed_payloads
+
+    def field(number, payload):
+        return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
+
+    ids, mask, segments = [101, 7, 8, 102], [1, 1, 1, 1], [0, 0, 0, 0]
+    plain = _example({"input_ids": (ids, True), "input_mask": (mask, True),
+                      "segment_ids": (segments, True)})
+    # Int64List with an unknown field 2 beside its values; Feature with a float_list (2) first
+    feature = field(2, field(1, bytes(8))) + field(3, field(2, b"\x01") + field(1, b"".join(
+        encode_varint(v) for v in ids)))
+    assert _int64_list(feature) == ids
+    assert _packed_payloads(field(1, field(1, field(1, b"input_ids") + field(2, feature)))) is None
+    # unknown fields in the Example (2) and in its Features map (2)
+    [(_, _, features)] = list(fields(plain))
+    extra = field(2, b"x") + field(1, field(2, b"y") + bytes(features))
+    out = _decode([plain, extra], [(0, 0), (0, 1)], ["f"], 4)
+    np.testing.assert_array_equal(out["input_ids"], [ids, ids])

@@ -95,3 +95,15 @@ def test_sentencepiece_survives_a_new_random_seed(tmp_path):
     assert tokenizer.tokenize_with_offsets(["the lazy fox"]) == before
     tf.random.set_seed(2)
     assert tokenizer.tokenize(["the lazy fox"]) == [before[0][0]]
+
+
+def test_bulk_arrays_match_the_python_tokenizer(tokenizer):
+    """tokenize_to_arrays (the builders' bulk path): flat ids and row splits equal to the ids of
+    the offsets path, text by text; no texts gives no ids, one split and no rows."""
+    texts = ["The cat sat.", "", "Café au lait, 42!"]
+    flat, splits = tokenizer.tokenize_to_arrays(texts)
+    rows = [list(flat[a:b]) for a, b in zip(splits[:-1], splits[1:])]
+    assert rows == [list(ids) for ids, _, _ in tokenizer.tokenize_with_offsets(texts)]
+    assert len(rows[0]) == 4 and rows[1] == []
+    flat, splits = tokenizer.tokenize_to_arrays([])
+    assert flat.shape == (0,) and list(splits) == [0] and tokenizer.tokenize([]) == []
