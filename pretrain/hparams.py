@@ -82,6 +82,10 @@ class PretrainingHParams:
     weight_decay_rate: float = 0.01
     num_warmup_steps: int = 10000
     num_train_steps: int = 1000000
+    # > 0: the learning rate follows the schedule of a run this long (warm-up num_warmup_steps,
+    # linear decay over it) and the run stops after num_train_steps: a short run on the official
+    # schedule's first steps (docs/PRETRAINING.md "Mind the learning rate on short runs")
+    lr_schedule_steps: int = 0
     train_batch_size: Optional[int] = None  # None: per size; the GLOBAL batch
     max_seq_length: int = 128
     clip_norm: float = 1.0
@@ -233,8 +237,10 @@ def _check_types(hp):
                  "max_position_embeddings",
                  "conv_kernel_size", "head_ratio", "linear_groups", "shuffle_buffer"):
         positive_int(name)
-    need(isinstance(hp.num_warmup_steps, int) and hp.num_warmup_steps >= 0,
-         f"num_warmup_steps must be an integer >= 0, got {hp.num_warmup_steps!r}")
+    for name in ("num_warmup_steps", "lr_schedule_steps"):
+        v = getattr(hp, name)
+        need(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+             f"{name} must be an integer >= 0, got {v!r}")
     need(number(hp.learning_rate) and hp.learning_rate > 0,
          f"learning_rate must be a number > 0, got {hp.learning_rate!r}")
     need(number(hp.mask_prob) and 0.0 < hp.mask_prob < 1.0,
@@ -281,7 +287,7 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
     except TypeError as e:  # pragma: no cover - keys are checked above
         raise HParamsError(str(e)) from None
     # JSON gives floats for ints written as 1e6; accept integral floats for integer fields.
-    for name in ("num_train_steps", "num_warmup_steps", "train_batch_size",
+    for name in ("num_train_steps", "num_warmup_steps", "lr_schedule_steps", "train_batch_size",
                  "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
                  "steps_per_loop", "max_seq_length", "max_predictions_per_seq", "seed"):
         v = getattr(hp, name)
@@ -326,4 +332,5 @@ def train_settings(hp):
         clip_norm=hp.clip_norm, precision=hp.precision, jit_compile=hp.jit_compile,
         log_every=hp.log_every_n_steps, steps_per_loop=hp.steps_per_loop,
         save_every=hp.save_checkpoints_steps,
-        keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save)
+        keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save,
+        schedule_steps=hp.lr_schedule_steps or None)

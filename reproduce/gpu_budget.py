@@ -232,6 +232,7 @@ class GpuRun:
             "num_train_steps": max(1, steps),
             "num_warmup_steps": (self.recipe.warmup_steps if self.recipe.schedule_steps else
                                  int(self.recipe.warmup_fraction * max(1, steps))),
+            "lr_schedule_steps": self.recipe.schedule_steps,
             "vocab_size": b["vocab_size"], "seed": self.seed,
             "max_seq_length": b["max_seq_length"],
             "steps_per_loop": self.recipe.steps_per_loop,
@@ -240,15 +241,6 @@ class GpuRun:
             # ~20 points on the training curves whatever the run's length
             "log_every_n_steps": max(1, min(overrides.get("log_every_n_steps", 100),
                                             steps // 20))})
-
-    def pretrain_settings(self, hp):
-        """The core's settings of a pre-training run: `hp`'s, on the recipe's long schedule
-        when it has one."""
-        from pretrain.hparams import train_settings
-        settings = train_settings(hp)
-        if self.recipe.schedule_steps:
-            settings = dataclasses.replace(settings, schedule_steps=self.recipe.schedule_steps)
-        return settings
 
     def build_models(self, features):
         """{model: (pretrainer, core, step)} (the pre-training task built on a JAX core; steps
@@ -460,6 +452,7 @@ class GpuRun:
     # -------------------------------------------------------------- 3. pre-training
     def pretrain(self, model, built, steps, train_arrays, heldout):
         from pretrain import heldout_eval
+        from pretrain.hparams import train_settings
         model_dir = os.path.join(self.work, "pretrain", model)
         summary_path = os.path.join(model_dir, "pretraining_summary.json")
         curve_path = os.path.join(model_dir, "heldout_curve.jsonl")
@@ -481,7 +474,7 @@ class GpuRun:
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
 
-        core.set_settings(self.pretrain_settings(hp))
+        core.set_settings(train_settings(hp))
         core.label = model
         core.task.arrays = train_arrays
         summary = core.fit_task(

@@ -291,6 +291,16 @@ def test_run_pretraining_flags_override_hparams_and_booleans_parse(tiny_data, tm
     assert hp.learning_rate == 1e-4 and hp.num_train_steps == 1000
     with pytest.raises(HParamsError, match="valid keys: .*learning_rate"):
         make_hparams("small", {"lr": 1})
+    # A short run on the official schedule's first steps (docs/PRETRAINING.md)
+    from pretrain.hparams import train_settings
+    hp = make_hparams("small", {"num_train_steps": 300, "lr_schedule_steps": 1e6})
+    settings = train_settings(hp)
+    assert (settings.total_steps, settings.schedule_steps, settings.warmup_steps) == (
+        300, 10**6, 10000)
+    assert float(settings.schedule()(300)) == pytest.approx(3e-4 * 300 / 10000 * (1 - 3e-4))
+    assert train_settings(small).schedule_steps is None
+    with pytest.raises(HParamsError, match="lr_schedule_steps must be an integer >= 0"):
+        make_hparams("small", {"lr_schedule_steps": -1})
 
 
 def test_run_pretraining_longer_continuation_phase_copies_position_embeddings(trained, tmp_path):
