@@ -204,6 +204,11 @@ class GpuRun:
         fileio.makedirs(self.out)
         fileio.makedirs(self.work)
 
+    @property
+    def plan_path(self):
+        """plan.json in the work folder: the first run's plan, which a rerun keeps."""
+        return os.path.join(self.work, "plan.json")
+
     def elapsed(self):
         return time.time() - self.log.started
 
@@ -430,7 +435,7 @@ class GpuRun:
         return seconds
 
     def plan(self, throughput, finetune_round_s):
-        path = os.path.join(self.work, "plan.json")
+        path = self.plan_path
         if fileio.exists(path):
             plan = json.loads(fileio.read_text(path))
             self.log(f"plan from {path}: {plan['steps']} steps per model")
@@ -678,13 +683,12 @@ class GpuRun:
         batch = next(array_batches(train_arrays, self.recipe.pretrain["train_batch_size"],
                                    seed=12345))
         saved_throughput = os.path.join(self.work, "throughput.json")
-        saved_plan = os.path.join(self.work, "plan.json")
-        if fileio.exists(saved_throughput) and fileio.exists(saved_plan):
+        if fileio.exists(saved_throughput) and fileio.exists(self.plan_path):
             # A rerun: the first run's timings and plan stand, and only the steps of the stages
             # left are compiled (on a GPU the compile stage is ~2 minutes of device time).
             self.results["throughput"] = json.loads(fileio.read_text(saved_throughput))
             self.log(f"throughput from {saved_throughput}")
-            steps = json.loads(fileio.read_text(saved_plan))["steps"]
+            steps = json.loads(fileio.read_text(self.plan_path))["steps"]
             models, finetune = self.work_left(steps)
             self.compile_seconds = self._stage("compile", lambda: self.precompile(
                 built, batch, heldout, features, pretrain_models=models, finetune=finetune))

@@ -88,7 +88,7 @@ class TrainingCore:
             self.variables = list(self.named_variables.values())
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.examples = tf.Variable(0, dtype=tf.int64, trainable=False, name="examples")
-            self._build_optimizer(self.settings.schedule_steps or self.settings.total_steps)
+            self._build_optimizer(self.settings.schedule_length)
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, optimizer=self.optimizer, step=self.step, examples=self.examples,
             **self.task.extra_state())

@@ -31,13 +31,16 @@ class TrainSettings:
     def warmup(self, total_steps):
         return max(int(self.warmup_steps), int(total_steps * self.warmup_proportion))
 
+    @property
+    def schedule_length(self):
+        """The steps the learning-rate schedule spans: schedule_steps when set, else the run's."""
+        return self.schedule_steps or self.total_steps
+
     def schedule(self, total_steps=None):
-        """The linear warm-up / decay schedule of both cores: over `schedule_steps` when set,
-        else over `total_steps` (default: the run's)."""
+        """The linear warm-up / decay schedule of both cores over `total_steps` (default:
+        schedule_length)."""
         from training import optimization
-        if total_steps is None:
-            total_steps = self.schedule_steps or self.total_steps
-        total_steps = int(total_steps)
+        total_steps = int(self.schedule_length if total_steps is None else total_steps)
         return optimization.linear_warmup_linear_decay(
             self.learning_rate, self.warmup(total_steps), total_steps, power=self.lr_decay_power)
 
