@@ -42,25 +42,34 @@ SLOW_MODULES = (
 )
 
 
+_SHARED_REGISTRY = pytest.StashKey[bool]()
+
+
 def pytest_configure(config):
     """The tests' Python subprocesses (the command-line tools, run as a user runs them) are forks
-    of a process that imported TensorFlow once: tests/zygote.py. Not in pytest-xdist's
-    controller, which runs no test (its workers start as fresh interpreters).
+    of a process that imported TensorFlow once: tests/zygote.py. pytest-xdist's controller runs
+    no test: it makes the registry its workers share their zygotes in.
     CONVBERT_TEST_ZYGOTE=0 turns it off."""
     controller = not hasattr(config, "workerinput") and \
         getattr(config.option, "dist", "no") not in (None, "no")
     if not controller and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
         from tests.zygote import tensorflow_test_settings
         tensorflow_test_settings()
-    if os.environ.get("CONVBERT_TEST_ZYGOTE") != "0" and not controller:
+    if os.environ.get("CONVBERT_TEST_ZYGOTE") != "0":
         from tests import zygote
-        zygote.install_client(owner=True)
+        if controller:       # one registry for its workers: they share their zygotes
+            zygote.make_registry()
+            config.stash[_SHARED_REGISTRY] = True
+        else:
+            zygote.install_client(owner=True)
 
 
 def pytest_unconfigure(config):
     zygote = sys.modules.get("tests.zygote")
     if zygote is not None:
         zygote.stop_zygotes()
+        if config.stash.get(_SHARED_REGISTRY, False):   # after the workers, which end the zygotes
+            zygote.remove_registry()
 
 
 def pytest_collection_modifyitems(config, items):

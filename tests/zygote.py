@@ -16,7 +16,12 @@ tool a test runs (run_reproduction.py's stages), becomes a fork of it:
   `PYTHON*`, `OMP_*`, `MKL_*`, `LD_*`, `COVERAGE_*` variable): a JAX-backend tool gets a zygote
   that imported Keras on JAX and never TensorFlow, and a program that blocks TensorFlow on JAX
   (`sys.modules["tensorflow"] = None`: the TensorFlow-free path) one that blocked it before its
-  imports.
+  imports;
+* the pytest-xdist workers of one run share their zygotes: the controller makes the registry
+  (a directory of sockets, one per set of settings), the first worker to need a zygote starts it
+  (a file lock keeps the other from starting it too) and ends it when it exits; a worker that
+  finds it gone starts its own, and a fork asked of a zygote that is just ending becomes a real
+  subprocess.
 
 Left to a real subprocess: another interpreter, Python options other than -m / -c / -u, a
 preexec_fn, pass_fds, user/group/umask changes, a checkout other than this one on the path,
@@ -27,6 +32,7 @@ runs: TensorFlow's C++ start-up lines).
 Coverage follows the forks (`patch = fork, _exit` in .coveragerc).
 """
 import atexit
+import fcntl
 import hashlib
 import io
 import json
@@ -64,6 +70,7 @@ BLOCK_ENV = "CONVBERT_TEST_ZYGOTE_BLOCKS_TENSORFLOW"   # in a zygote's key and e
 real_popen = subprocess.Popen
 
 _owner = False                 # this process starts zygotes (the pytest process / xdist worker)
+_own_registry = False          # and made the registry (not handed one by pytest-xdist's controller)
 _zygotes = {}                  # key -> (socket path, real Popen of the zygote) in the owner
 _failed = set()                # keys whose zygote did not start: real subprocesses for them
 _start_lock = threading.Lock()
@@ -170,7 +177,8 @@ def _zygote_for(env, cwd, blocks_tensorflow=False):
         return path
     if not _owner or len(_zygotes) >= MAX_ZYGOTES:
         return None
-    with _start_lock:
+    with _start_lock, open(path[:-5] + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)       # another worker may be starting the same one
         if os.path.exists(path):
             return path
         started = _start_zygote(key, path)
@@ -228,6 +236,14 @@ class ZygotePopen(real_popen):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
+        except OSError:       # another worker's zygote, ending as that worker exits
+            sock.close()
+            return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd,
+                                          env, startupinfo, creationflags, shell, p2cread,
+                                          p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                                          restore_signals, gid, gids, uid, umask,
+                                          start_new_session, *more)
+        try:
             socket.send_fds(sock, [len(request).to_bytes(8, "big")], fds)
             sock.sendall(request)
             self._zygote_buf = bytearray()
@@ -316,12 +332,25 @@ def tensorflow_test_settings():
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
+def make_registry():
+    """A new registry for this process and the processes it starts (pytest-xdist's controller:
+    its workers share it); remove it with remove_registry."""
+    os.environ[REGISTRY_ENV] = tempfile.mkdtemp(prefix="zyg-", dir="/tmp")
+
+
+def remove_registry():
+    shutil.rmtree(os.environ.pop(REGISTRY_ENV, ""), ignore_errors=True)
+
+
 def install_client(owner):
-    """Route this process's Python subprocesses through zygotes (`owner`: may start them)."""
-    global _owner
+    """Route this process's Python subprocesses through zygotes (`owner`: may start them, in the
+    registry it was handed, or else in one of its own)."""
+    global _owner, _own_registry
     _owner = owner
-    if owner:     # each owner (each xdist worker) its own zygotes
-        os.environ[REGISTRY_ENV] = tempfile.mkdtemp(prefix="zyg-", dir="/tmp")
+    if owner:
+        if not os.path.isdir(os.environ.get(REGISTRY_ENV, "")):
+            make_registry()
+            _own_registry = True
         atexit.register(stop_zygotes)
     subprocess.Popen = ZygotePopen
 
@@ -338,7 +367,8 @@ def stop_zygotes():
         except OSError:
             pass
     _zygotes.clear()
-    shutil.rmtree(os.environ.get(REGISTRY_ENV, ""), ignore_errors=True)
+    if _own_registry:      # a shared one is the controller's to remove (its sockets: see serve)
+        remove_registry()
 
 
 # ----------------------------------------------------------------------------------- the server
@@ -374,24 +404,37 @@ def serve(path):
     os.rename(path + ".tmp", path)         # clients see the socket only once it listens
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)        # monitors reap themselves
     lifeline = sys.stdin.buffer
-    while True:
-        ready, _, _ = select.select([listener, lifeline], [], [])
-        if lifeline in ready and not os.read(lifeline.fileno(), 4096):
-            break                           # the owner closed our stdin (or died)
-        if listener not in ready:
-            continue
+
+    def accept():
         conn, _ = listener.accept()
+        conn.setblocking(True)
         sys.stdout.flush()
         sys.stderr.flush()
         if os.fork() == 0:
             listener.close()
             _monitor(conn, base_path)
         conn.close()
-    listener.close()
+
+    while True:
+        ready, _, _ = select.select([listener, lifeline], [], [])
+        if lifeline in ready and not os.read(lifeline.fileno(), 4096):
+            break                           # the owner closed our stdin (or died)
+        if listener in ready:
+            accept()
+    # Ending: no new client finds the socket; one that connected already (another worker's) is
+    # still served.
     try:
         os.unlink(path)
     except FileNotFoundError:       # the owner removed the registry already
         pass
+    time.sleep(0.1)
+    listener.setblocking(False)
+    while True:
+        try:
+            accept()
+        except BlockingIOError:
+            break
+    listener.close()
 
 
 def _recv_exact(sock, n, buf=b""):
