@@ -137,12 +137,21 @@ def test_language_model(tmp_path):
 
 
 def test_dynabert(tmp_path):
-    """DynaBERT's distillation (elastic/train.py) from a tiny fine-tuned teacher."""
-    from elastic.train import DynaBertTask, load_finetuned
-    from tests.elastic.test_train import finetune_teacher, random_mrpc_features, write_tiny_glue
-    glue_dir, vocab = write_tiny_glue(tmp_path)
-    teacher_dir = finetune_teacher(tmp_path, glue_dir, vocab, steps=2)
-    config, tensors, _ = load_finetuned(str(teacher_dir), "mrpc")
+    """DynaBERT's distillation (elastic/train.py); student and teacher start from one tiny random
+    encoder + MRPC head (the guard does not care whether the teacher was fine-tuned: loading a
+    fine-tuned one is tests/elastic/test_train.py's)."""
+    from elastic.train import DynaBertTask, head_prefix, make_head
+    from model import ConvBertConfig, ConvBertModel
+    from tests.elastic.test_train import SEQ, TINY_MODEL, random_mrpc_features
+    keras.utils.set_random_seed(0)
+    config = ConvBertConfig.from_size("small").replace(vocab_size=32, **TINY_MODEL)
+    encoder = ConvBertModel(config)
+    ones = np.ones((1, SEQ), np.int32)
+    encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
+    head = make_head(config, "mrpc")
+    tensors = {k: keras.ops.convert_to_numpy(v) for k, v in encoder.weight_map().items()}
+    tensors.update({k: keras.ops.convert_to_numpy(v)
+                    for k, v in head.weight_map(head_prefix("mrpc")).items()})
     features = random_mrpc_features(16)
     base = TrainSettings(total_steps=TOTAL, batch_size=4, learning_rate=1e-3, warmup_steps=0)
     check_guard(lambda: DynaBertTask("mrpc", "width", (config, tensors), (config, tensors),

@@ -1,15 +1,17 @@
 """Both training cores run the same Task classes (training/task.py): the pre-training task
 (pretrain/task.py, RTD and MLM), the fine-tuning task (finetune/trainer.py `FinetuneTask`) with
-GLUE's classification and regression heads and SQuAD's QA head, the causal LM (lm/task.py) and
-DynaBERT's depth phase (elastic/train.py), each trained by TensorFlow's `TrainingCore` and by
-JAX's `JaxTrainingCore` from the same initial weights on the same batches.
+SQuAD's QA head, the causal LM (lm/task.py) and DynaBERT's depth phase (elastic/train.py), each
+trained by TensorFlow's `TrainingCore` and by JAX's `JaxTrainingCore` from the same initial
+weights on the same batches. `FinetuneTask` with GLUE's classification and regression heads is
+compared the same way, over 20 steps and through the fine-tuning wrappers of both backends
+(`Trainer`, `JaxFinetuner`), in tests/finetune/test_jax_finetune.py.
 
 Each backend runs in its own subprocess (KERAS_BACKEND is fixed at import); the JAX one with
 `tensorflow` unimportable. Every task without RNG in its step (dropout 0, no clipping: see
-below) gives the same losses within 1e-4 on both cores: 10 steps of SQuAD's QA head, 2 of each
-GLUE head, the LM and DynaBERT (20-step GLUE parity: tests/finetune/test_jax_finetune.py). Pre-training draws its masks and samples from
-Keras' RNG, whose streams differ between backends, so there both cores must train the task's
-two steps with finite losses and the same metric records."""
+below) gives the same losses within 1e-4 on both cores: 10 steps of SQuAD's QA head, 2 of the LM
+and of DynaBERT. Pre-training draws its masks and samples from Keras' RNG, whose streams differ
+between backends, so there both cores must train the task's two steps with finite losses and the
+same metric records."""
 import json
 import os
 import subprocess
@@ -27,8 +29,6 @@ backend = os.environ["KERAS_BACKEND"]
 if backend == "jax":
     sys.modules["tensorflow"] = None          # the JAX core must not need it
 import keras
-from finetune.glue_task import glue_model_fns
-from finetune.classification_head import ClassificationHead
 from finetune.hparams import FinetuneHParams
 from finetune.squad_task import make_head as squad_head, model_fns as squad_fns
 from finetune.trainer import FinetuneTask
@@ -101,42 +101,31 @@ def pretraining(electra):
     return task, 2
 
 
-def finetuning(kind):
+def squad():
     keras.utils.set_random_seed(0)
     encoder = ConvBertModel(config)
     encoder({"input_ids": np.ones((1, T), np.int32), "input_mask": np.ones((1, T), np.int32),
              "segment_ids": np.zeros((1, T), np.int32)})
-    if kind == "squad":
-        hp = FinetuneHParams(model_size="small", qa_hidden_size=16, beam_size=3,
-                             max_seq_length=T).for_task("squad")
-        head = squad_head(hp, config, "2.0")
-        forward, loss, _ = squad_fns(hp, "2.0")
-        steps = 10
+    hp = FinetuneHParams(model_size="small", qa_hidden_size=16, beam_size=3,
+                         max_seq_length=T).for_task("squad")
+    head = squad_head(hp, config, "2.0")
+    forward, loss, _ = squad_fns(hp, "2.0")
 
-        def extra():
-            # question: tokens 0..5, context 6..T-1 (segment 1); an answer span in the context,
-            # or [CLS] (0, 0) for an unanswerable question.
-            impossible = rng.integers(0, 2, B).astype(np.int32)
-            start = rng.integers(6, T - 2, B).astype(np.int32)
-            end = start + rng.integers(0, 2, B).astype(np.int32)
-            return {"segment_ids": np.concatenate([np.zeros((B, 6), np.int32),
-                                                   np.ones((B, T - 6), np.int32)], axis=1),
-                    "start_positions": start * (1 - impossible),
-                    "end_positions": end * (1 - impossible), "is_impossible": impossible}
-    else:
-        task_name = {"classification": "mrpc", "regression": "sts"}[kind]
-        regression = kind == "regression"
-        head = ClassificationHead(1 if regression else 2, regression, dropout_rate=0.0)
-        head.build((None, None, config.hidden_size))
-        forward, loss = glue_model_fns(task_name)
-        steps = 2
-        extra = (lambda: {"label_ids": rng.uniform(0, 5, B).astype(np.float32)}) if regression \
-            else (lambda: {"label_ids": rng.integers(0, 2, B).astype(np.int32)})
+    def extra():
+        # question: tokens 0..5, context 6..T-1 (segment 1); an answer span in the context, or
+        # [CLS] (0, 0) for an unanswerable question.
+        impossible = rng.integers(0, 2, B).astype(np.int32)
+        start = rng.integers(6, T - 2, B).astype(np.int32)
+        end = start + rng.integers(0, 2, B).astype(np.int32)
+        return {"segment_ids": np.concatenate([np.zeros((B, 6), np.int32),
+                                               np.ones((B, T - 6), np.int32)], axis=1),
+                "start_positions": start * (1 - impossible),
+                "end_positions": end * (1 - impossible), "is_impossible": impossible}
     named = dict(encoder.weight_map())
-    named.update({f"task_specific/{kind}/{k}": v for k, v in head.weight_map().items()})
-    task = Finetuning(encoder, head, forward, loss, named, kind)
-    task.fixed = batches(steps, extra)
-    return task, steps
+    named.update({f"task_specific/squad/{k}": v for k, v in head.weight_map().items()})
+    task = Finetuning(encoder, head, forward, loss, named, "squad")
+    task.fixed = batches(10, extra)
+    return task, 10
 
 
 def language_model():
@@ -172,9 +161,7 @@ def dynabert():
 init_path = os.path.join(out, "init_{}.npz")
 results = {}
 for name, make in (("rtd", lambda: pretraining(True)), ("mlm", lambda: pretraining(False)),
-                   ("classification", lambda: finetuning("classification")),
-                   ("regression", lambda: finetuning("regression")),
-                   ("squad", lambda: finetuning("squad")), ("lm", language_model),
+                   ("squad", squad), ("lm", language_model),
                    ("dynabert", dynabert)):
     task, steps = make()
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm
@@ -224,9 +211,8 @@ def test_both_cores_train_the_same_tasks(tmp_path):
     pytest.importorskip("jax")
     jax_runs = _run("jax", tmp_path)            # draws and writes the initial weights
     tf_runs = _run("tensorflow", tmp_path)
-    tasks = {"rtd": "PretrainingTask", "mlm": "PretrainingTask",
-             "classification": "FinetuneTask", "regression": "FinetuneTask",
-             "squad": "FinetuneTask", "lm": "LanguageModelTask", "dynabert": "DynaBertTask"}
+    tasks = {"rtd": "PretrainingTask", "mlm": "PretrainingTask", "squad": "FinetuneTask",
+             "lm": "LanguageModelTask", "dynabert": "DynaBertTask"}
     for name, task_class in tasks.items():
         j, t = jax_runs[name], tf_runs[name]
         assert j["task"] == t["task"] == task_class
