@@ -486,4 +486,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

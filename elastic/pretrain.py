@@ -60,8 +60,9 @@ import os
 import sys
 
 if __name__ == "__main__":   # before TensorFlow / Keras start (as run_pretraining.py)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 import numpy as np  # noqa: E402
 

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from pretrain import heldout_eval
+from pretrain import heldout_eval   # (run with -m, the package quiets TensorFlow first)
 from pretrain.heldout_eval import EvalError
 
 PARTS = ("discriminator", "generator")

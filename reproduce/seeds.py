@@ -18,11 +18,15 @@ import json
 import os
 import sys
 
-import tensorflow as tf
+if __name__ == "__main__":   # a command: before anything imports TensorFlow
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
-from base.plots import pyplot
-from reproduce import report
-from reproduce.pipeline import finetune_dir_of, pretrain_dir_of
+import tensorflow as tf  # noqa: E402
+
+from base.plots import pyplot  # noqa: E402
+from reproduce import report  # noqa: E402
+from reproduce.pipeline import finetune_dir_of, pretrain_dir_of  # noqa: E402
 
 
 class SeedsError(ValueError):

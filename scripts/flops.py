@@ -10,6 +10,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from base.command import quiet_tensorflow  # noqa: E402
+quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
 from model import flops  # noqa: E402
 from model.config import ConvBertConfig  # noqa: E402

@@ -39,3 +39,13 @@ def test_a_driver_is_quiet(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "GLUE dev" in proc.stdout
     assert noisy_lines(proc) == []
+
+
+def test_a_module_command_is_quiet():
+    """`python -m pretrain.export_step` imports TensorFlow when it is imported (the other `-m`
+    commands do in main), and its package comes first: quiet before either. No flags: its
+    one-line usage error, and nothing else."""
+    proc = _run(["-m", "pretrain.export_step"])
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        "error: the following arguments are required: --model_dir, --step, --output_dir"]
