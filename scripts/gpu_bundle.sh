@@ -3,9 +3,10 @@
 # shard apart), the tokenized GLUE features and the keras / optree / namex wheels for CPython
 # 3.12, in gpu_bundle/ (git-ignored, <= 60 MiB; it prints its size).
 #   bash scripts/gpu_bundle.sh [--output_dir=gpu_bundle] [--shared_dir=../shared]
-# PYTHON: the interpreter (default .venv/bin/python, which this script sets up).
+# PYTHON: the interpreter (default .venv/bin/python, which this script sets up; a given one is
+# used as it is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+[ -n "${PYTHON:-}" ] || bash scripts/setup.sh
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TF_CPP_MIN_LOG_LEVEL=3
 exec "${PYTHON:-.venv/bin/python}" -m reproduce.gpu_bundle "$@"

@@ -1,6 +1,7 @@
 """Non-finite values (issue 19 item 3), objective by objective, through the one training core.
 
-For each objective: train to a checkpoint, restore it into a fresh core, poison one weight with
+For each objective: train to a checkpoint, set the core back to zero and restore the checkpoint
+into it (what a fresh core does; one trace of the step), poison one weight with
 NaN (what a diverging run or a bad batch leads to), and go on. The run must stop at the very next
 step with one line naming that step and the last good checkpoint, and write nothing: the
 checkpoint directory is byte-identical afterwards. Fine-tuning (no checkpoints) gets the NaN just
@@ -13,6 +14,7 @@ halved, and training goes on; only a scale driven below 1 stops the run.
 
 A checkpoint holding NaN weights is refused when read (every format), naming the file.
 """
+import dataclasses
 import hashlib
 import json
 import os
@@ -52,17 +54,25 @@ def _settings(base, total):
 
 
 def check_guard(make_task, base_settings, tmp_path):
-    """make_task() -> an unbuilt Task; base_settings: its TrainSettings."""
+    """make_task() -> an unbuilt Task; base_settings: its TrainSettings. One core (one trace of
+    its step) trains to the checkpoint at step FIRST, is set back to zero and restored from that
+    checkpoint as a fresh core would be, then goes on to TOTAL with a NaN weight."""
     ckpt = str(tmp_path / "checkpoints")
-    task = make_task()
-    core = TrainingCore(task, _settings(base_settings, FIRST), log=lambda m: None).build()
+    core = TrainingCore(make_task(), _settings(base_settings, TOTAL), log=lambda m: None).build()
+    settings = core.settings
+    core.settings = dataclasses.replace(settings, total_steps=FIRST)   # stop at the checkpoint
     core.fit(checkpoint_dir=ckpt)
     before = _snapshot(ckpt)
 
-    task = make_task()
-    core = TrainingCore(task, _settings(base_settings, TOTAL), log=lambda m: None).build()
+    core.settings = settings
+    core.reset()
+    trained = [v.numpy() for v in core.variables]
+    for v in core.variables:
+        v.assign(tf.zeros_like(v))
     restored = core.restore(ckpt)
-    assert restored.endswith(f"ckpt-{FIRST}")
+    assert restored.endswith(f"ckpt-{FIRST}") and int(core.step.numpy()) == FIRST
+    for v, value in zip(core.variables, trained):
+        np.testing.assert_array_equal(v.numpy(), value)
     first = core.variables[0]
     first.assign(tf.fill(first.shape, tf.constant(np.nan, first.dtype)))
     with pytest.raises(TrainingError) as error:
