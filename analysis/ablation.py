@@ -472,6 +472,8 @@ def run(argv):
 
 def main(argv=None):
     """Exit status: 0, or 1 with one line `error: ...` for a bad flag, input or failed stage."""
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         from data.errors import DataError
@@ -486,6 +488,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

@@ -264,6 +264,8 @@ def run(argv):
 
 def main(argv=None):
     """Exit status: 0, or 1 with one line `error: ...` for a bad flag or input."""
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     try:
         return run(sys.argv[1:] if argv is None else list(argv))
     except UserError as e:
@@ -272,6 +274,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

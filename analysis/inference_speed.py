@@ -211,6 +211,8 @@ def plot(result, path):
 
 
 def main(argv=None):
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output_dir", required=True)
@@ -257,6 +259,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

@@ -167,10 +167,10 @@ def run(argv):
 
 
 def main(argv=None):
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     return _main(argv, run_fn=run)
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

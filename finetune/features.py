@@ -288,7 +288,8 @@ def main(argv=None):
     """`python -m finetune.features`: exit status 0, or 1 with one line `error: ...` on
     stderr for a bad flag or input (2 for stray arguments)."""
     import sys
-    from base.command import run_command
+    from base.command import quiet_tensorflow, run_command
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     argv = sys.argv if argv is None else list(argv)
     try:
         remaining = _parse_cli_flags(argv)
@@ -303,7 +304,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     import sys as _sys
     _sys.exit(main())

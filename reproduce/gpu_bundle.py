@@ -142,6 +142,8 @@ def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None):
 
 
 def main(argv=None):
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     import argparse
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,6 +162,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     sys.exit(main())

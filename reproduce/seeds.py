@@ -18,12 +18,11 @@ import json
 import os
 import sys
 
-if __name__ == "__main__":   # a command: before anything imports TensorFlow
+if __name__ == "__main__":   # a command: quiet before reproduce/ imports TensorFlow
     from base.command import quiet_tensorflow
     quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
 
-import tensorflow as tf  # noqa: E402
-
+from base import fileio  # noqa: E402
 from base.plots import pyplot  # noqa: E402
 from reproduce import report  # noqa: E402
 from reproduce.pipeline import finetune_dir_of, pretrain_dir_of  # noqa: E402
@@ -36,7 +35,7 @@ class SeedsError(ValueError):
 def load_run(run_dir):
     """{"dir", "seed", "results"} of one reproduction (results.json as run_reproduction wrote it)."""
     path = os.path.join(run_dir, "results.json")
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise SeedsError(f"{path}: not found (run `run_reproduction.py ... --report_only` there)")
     try:
         results = report.read_json(path)
@@ -47,7 +46,7 @@ def load_run(run_dir):
     seed = None
     for model in ("convbert", "electra"):   # written when the pre-training starts
         hparams = os.path.join(pretrain_dir_of(run_dir, model), "hparams.json")
-        if tf.io.gfile.exists(hparams):
+        if fileio.exists(hparams):
             seed = report.read_json(hparams).get("seed")
             break
     return {"dir": run_dir, "seed": seed, "results": results}
@@ -173,7 +172,7 @@ def plot_heldout(data, png):
 
 def write(runs, output_dir):
     data = combine(runs)
-    tf.io.gfile.makedirs(output_dir)
+    fileio.makedirs(output_dir)
     paths = {name: os.path.join(output_dir, name) for name in
              ("seeds.json", "seeds.md", "seeds_heldout.png", "seeds_glue.png")}
     report.write_text(paths["seeds.json"], json.dumps(data, indent=2) + "\n")

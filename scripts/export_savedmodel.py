@@ -16,6 +16,8 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
 def main(argv=None):
+    from base.command import quiet_tensorflow
+    quiet_tensorflow()   # first: no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="native / Hugging Face / TF1 ConvBERT checkpoint")
@@ -42,6 +44,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from base.command import quiet_tensorflow
-    quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
     main()
