@@ -203,6 +203,18 @@ def _recv_line(sock, buf, block):
     return line
 
 
+def _connect(path):
+    """A socket connected to the zygote at `path`, or None: another worker's zygote may be
+    ending as that worker exits (a real subprocess then)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 class ZygotePopen(real_popen):
     """subprocess.Popen whose Python children are forks of a zygote (see the module docstring)."""
 
@@ -221,7 +233,8 @@ class ZygotePopen(real_popen):
         where = os.path.abspath(os.fsdecode(cwd)) if cwd is not None else os.getcwd()
         parsed = plain and environ.get(SWITCH_ENV) != "0" and _parse(list(args), environ, where)
         path = parsed and _zygote_for(environ, where, parsed[4])
-        if not path:
+        sock = path and _connect(path)
+        if not sock:
             return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd,
                                           env, startupinfo, creationflags, shell, p2cread,
                                           p2cwrite, c2pread, c2pwrite, errread, errwrite,
@@ -233,16 +246,6 @@ class ZygotePopen(real_popen):
                               "new_session": bool(start_new_session)}).encode()
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2]
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-        except OSError:       # another worker's zygote, ending as that worker exits
-            sock.close()
-            return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd,
-                                          env, startupinfo, creationflags, shell, p2cread,
-                                          p2cwrite, c2pread, c2pwrite, errread, errwrite,
-                                          restore_signals, gid, gids, uid, umask,
-                                          start_new_session, *more)
         try:
             socket.send_fds(sock, [len(request).to_bytes(8, "big")], fds)
             sock.sendall(request)
