@@ -52,6 +52,7 @@ from absl import app, flags  # noqa: E402
 from base.command import exit_with_error, run_command  # noqa: E402
 from finetune.console import UsageError, say  # noqa: E402
 from training import define_distribution_flags
+from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP
 
 # Our own flag registry, not absl's global one: run_pretraining.py defines flags of the same names
 # (model_size, seed, ...), and both drivers must be importable in one process (tests, notebooks).
@@ -104,6 +105,7 @@ _flags.DEFINE_string("precision", None, "fp32 (default) | bf16 | mixed_float16 (
                     "scaling), as in pre-training.")
 _flags.DEFINE_integer("steps_per_loop", None, "Training steps inside one compiled call (default "
                      "1; on a TPU e.g. 100), as in pre-training.")
+_flags.DEFINE_string("jax_cache_dir", None, JAX_CACHE_HELP)
 _flags.DEFINE_string("train_file", None, "SQuAD training JSON (overrides the data_dir default).")
 _flags.DEFINE_string("predict_file", None, "SQuAD evaluation JSON (overrides the data_dir default).")
 _flags.DEFINE_bool("glue_submission", False, "Only gather every task's latest test predictions "
@@ -171,8 +173,12 @@ def run(argv=None):
             if getattr(FLAGS, flag):
                 raise UsageError(f"--{flag} is for TensorFlow; fine-tuning on JAX runs on one "
                                  f"device")
+        from training.compile_cache import enable_compile_cache
+        enable_compile_cache(FLAGS.jax_cache_dir, log=say)     # before the first compile
         run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
         return 0
+    if FLAGS.jax_cache_dir is not None:
+        raise UsageError("--jax_cache_dir is for KERAS_BACKEND=jax")
     from training.distribution import make_strategy
     # Before TensorFlow creates a tensor: logical devices and the TPU system are fixed at start-up.
     strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,

@@ -29,6 +29,7 @@ quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows th
 
 from absl import app, flags  # noqa: E402
 from training import define_distribution_flags  # noqa: E402  (TF-free)
+from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP  # noqa: E402  (TF-free)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_size", None, "small | medium-small | base | tiny, a configs/ row name "
@@ -63,6 +64,7 @@ flags.DEFINE_integer("steps_per_loop", None, "Steps inside one compiled call (de
 flags.DEFINE_boolean("deterministic", None, "Op determinism + fixed seeds: reruns and resumed "
                      "runs are bit-identical on CPU (slower).")
 flags.DEFINE_boolean("jit_compile", None, "XLA-compile the train step (default: on GPU only).")
+flags.DEFINE_string("jax_cache_dir", None, JAX_CACHE_HELP)
 
 DEMO_MODEL_DIR = os.path.join("runs", "demo")
 _FLAG_KEYS = ("model_size", "model_name", "num_train_steps", "train_batch_size", "learning_rate",
@@ -199,6 +201,8 @@ def main(argv):
     if os.environ.get("KERAS_BACKEND") == "jax":
         _report(_main_jax())
         return
+    if FLAGS.jax_cache_dir is not None:
+        exit_with_error(UsageError("--jax_cache_dir is for KERAS_BACKEND=jax"))
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)  # TF's per-save INFO lines
     from data.errors import DataError
@@ -230,6 +234,8 @@ def _main_jax():
     if FLAGS.num_cpu_devices and FLAGS.num_cpu_devices > 1:   # before JAX starts
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform"
                                    f"_device_count={FLAGS.num_cpu_devices}").strip()
+    from training.compile_cache import enable_compile_cache
+    enable_compile_cache(FLAGS.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError
     from model.config import ConfigError
     from base.fileio import FileIOError

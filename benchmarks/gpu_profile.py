@@ -1,10 +1,12 @@
-"""Where a training step's time goes on an accelerator: one ConvBERT-small GLUE step (bf16, batch
-32 x 128) or, with --rtd, one RTD pre-training step of the gpu_budget recipe (bf16, batch 128 x 128,
-generator 1/4, the step reproduce/gpu_budget.py trains with), compiled alone, timed, then traced
-with the JAX profiler; the device kernels summed by name (top 30) and the device-busy fraction of
-the traced wall time.
+"""Where a training step's time goes on an accelerator: the JAX core's program of ConvBERT-small
+GLUE fine-tuning (bf16, batch 32 x 128) or, with --rtd, of RTD pre-training in the gpu_budget
+recipe (bf16, batch 128 x 128, generator 1/4: what reproduce/gpu_budget.py trains with), K =
+--steps_per_call steps per compiled call with the state donated, as training runs it; timed,
+then traced with the JAX profiler; the device kernels summed by name (top 30) and the
+device-busy fraction of the traced wall time.
 
-    KERAS_BACKEND=jax python benchmarks/gpu_profile.py --output_dir=DIR [--steps 20] [--electra] [--rtd]
+    KERAS_BACKEND=jax python benchmarks/gpu_profile.py --output_dir=DIR [--steps 20] \
+        [--steps_per_call 10] [--electra] [--rtd]
 
 Writes DIR/profile.json (step time, busy fraction, top kernels) and DIR/trace.json.gz (the
 Perfetto trace, open in ui.perfetto.dev). Made after the first GPU run measured 19 ms per
@@ -22,6 +24,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP, enable_compile_cache  # noqa: E402
 
 
 def summarize_trace(path, top=30):
@@ -67,7 +71,7 @@ def finetune_step(args):
              "segment_ids": np.zeros((32, 128), np.int32),
              "label_ids": rng.integers(0, 2, 32).astype(np.int32),
              "example_id": np.arange(32, dtype=np.int32)}
-    return finetuner.train_step, finetuner.core.task_state(), batch
+    return finetuner.train_step, finetuner.core.example_args(batch, args.steps_per_call)
 
 
 # The gpu_budget recipe's pre-training settings (reproduce/gpu_budget.py GPU_BUDGET.pretrain; a
@@ -78,9 +82,9 @@ RTD_PRETRAIN = dict(model_size="small", train_batch_size=128, max_seq_length=128
 
 
 def rtd_step(args):
-    """(jitted step, state, batch): the gpu_budget recipe's RTD step (the pre-training task on the
-    JAX core, learning rate from the host), ConvBERT-small or ELECTRA-small, batch 128 x 128 of
-    random ids, BERT uncased special ids."""
+    """(program, example args): the gpu_budget recipe's RTD program (the pre-training task on the
+    JAX core, `--steps_per_call` steps per call), ConvBERT-small or ELECTRA-small, batch 128 x 128
+    of random ids, BERT uncased special ids."""
     import numpy as np
     from pretrain.hparams import make_hparams
     from pretrain.jax_trainer import pretraining_core
@@ -92,65 +96,60 @@ def rtd_step(args):
                                  "vocab_size": 30522, "num_train_steps": 1000,
                                  "num_warmup_steps": 100})
     special = {"cls_id": 101, "sep_id": 102, "mask_id": 103}
-    _, core = pretraining_core(hp, [], hp.vocab_size, special, log=print,
-                               host_learning_rate=True)
+    _, core = pretraining_core(hp, [], hp.vocab_size, special, log=print)
     b, t = hp.train_batch_size, hp.max_seq_length
     rng = np.random.default_rng(0)
     ids = rng.integers(1000, 30000, (b, t)).astype(np.int32)
     ids[:, 0], ids[:, -1] = special["cls_id"], special["sep_id"]
     batch = {"input_ids": ids, "input_mask": np.ones((b, t), np.int32),
              "segment_ids": np.zeros((b, t), np.int32)}
-    return core.task_step(host_learning_rate=True), core.task_state(), batch
+    return core.task_step(), core.example_args(batch, args.steps_per_call)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output_dir", required=True)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--traced_steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per round")
+    ap.add_argument("--steps_per_call", type=int, default=10,
+                    help="steps inside one compiled call (the core's steps_per_loop)")
+    ap.add_argument("--traced_steps", type=int, default=3, help="calls under the profiler")
     ap.add_argument("--electra", action="store_true")
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--rtd", action="store_true", help="the RTD pre-training step instead")
+    ap.add_argument("--jax_cache_dir", default=None, help=JAX_CACHE_HELP)
     args = ap.parse_args()
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    cache = enable_compile_cache(args.jax_cache_dir)      # before the first compile
     import jax
-    import numpy as np
+    from training.jax_core import seconds_per_step
     os.makedirs(args.output_dir, exist_ok=True)
     out = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
-           "xla_flags": os.environ.get("XLA_FLAGS", "")}
+           "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_cache_dir": cache}
 
     def write():
         with open(os.path.join(args.output_dir, "profile.json"), "w") as f:
             json.dump(out, f, indent=2)
 
     started = time.time()
-    step, state, batch = (rtd_step if args.rtd else finetune_step)(args)
+    step, step_args = (rtd_step if args.rtd else finetune_step)(args)
     out["step"] = "rtd" if args.rtd else "finetune"
-    out["batch"] = list(batch["input_ids"].shape)
+    out["batch"] = list(step_args[1]["input_ids"].shape[1:])
+    out["steps_per_call"] = args.steps_per_call
     out["build_s"] = round(time.time() - started, 1)
     start = time.time()
-    state, metrics = step(state, batch, np.int64(0), np.float32(1e-4))
-    jax.block_until_ready(metrics["loss"])
+    _, step_args = seconds_per_step(step, step_args, 0, rounds=0)    # compiles
     out["compile_s"] = round(time.time() - start, 1)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        for i in range(args.steps):
-            state, metrics = step(state, batch, np.int64(i), np.float32(1e-4))
-        jax.block_until_ready(metrics["loss"])
-        times.append(1e3 * (time.perf_counter() - start) / args.steps)
-    out["step_ms"] = [round(t, 3) for t in times]
-    out["loss"] = float(metrics["loss"])
+    calls = max(1, args.steps // args.steps_per_call)
+    times, step_args = seconds_per_step(step, step_args, calls, rounds=3, warm_up=False)
+    out["step_ms"] = [round(1e3 * t, 3) for t in times]
     print(json.dumps(out), flush=True)
     write()
     trace_dir = tempfile.mkdtemp()
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-        for i in range(args.traced_steps):
-            state, metrics = step(state, batch, np.int64(i), np.float32(1e-4))
-        jax.block_until_ready(metrics["loss"])
+        seconds_per_step(step, step_args, args.traced_steps, warm_up=False)
     traces = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)
     out["trace_files"] = [os.path.relpath(t, trace_dir) for t in traces]
     if traces:

@@ -12,9 +12,9 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
 (training/settings.py `build_optimizer`), trained by the JAX training core
 (training/jax_core.py). What is JAX's own:
 
-* one compiled train step and one compiled predict step per (encoder config, head shape): the
-  learning rate is fed from the host (`host_learning_rate`), so tasks of different lengths and all
-  their trials reuse them. CoLA, SST-2, MRPC and RTE share a binary head; STS-B has its own.
+* one compiled train program and one compiled predict step per (encoder config, head shape): the
+  learning rate is computed on the device from the schedule given as an argument
+  (training/jax_core.py), so tasks of different lengths and all their trials reuse them. CoLA, SST-2, MRPC and RTE share a binary head; STS-B has its own.
   A trial resets the same variables (encoder <- its start weights, head drawn anew from the
   trial's seed, optimizer state zeroed), as the TensorFlow Trainer does;
 * the input: features as NumPy arrays (finetune/feature_files.py writes and reads them; no
@@ -84,11 +84,10 @@ class JaxFinetuner:
             num_layers=config.num_hidden_layers, precision=hp.precision,
             log_every=max(1, int(hp.log_every_steps)),
             steps_per_loop=max(1, int(hp.steps_per_loop)))
-        # A float learning rate: the step is fed each step's rate (one compiled step, any length).
-        self.core = JaxTrainingCore(self.settings, log=log).build(self.task,
-                                                                  host_learning_rate=True)
+        # The schedule is an argument of the program: one compiled program, any length.
+        self.core = JaxTrainingCore(self.settings, log=log).build(self.task)
         self.optimizer = self.core.optimizer
-        self.train_step = self.core.task_step(host_learning_rate=True)
+        self.train_step = self.core.task_step()
         encoder, head = self.encoder, self.head
         self._predict_step = self.core.predict_step(
             lambda batch: forward(encoder, head, batch, False)["logits"].astype("float32"))
@@ -99,13 +98,12 @@ class JaxFinetuner:
         from data.pretraining_arrays import array_batches
         inputs = self._train_inputs(train_features)
         batch = next(array_batches(inputs, batch_size))
-        state = self.core.task_state()
+        trainable, state, _ = self.core.task_state()
         predict_batch = {k: np.zeros((eval_batch_size, v.shape[1]), np.int32)
                          for k, v in inputs.items() if k != "label_ids"}
         name = f"{self.spec.name}{'' if self.spec.is_regression else ' (classification)'}"
-        return [(f"finetune {name}", self.train_step,
-                 (state, batch, np.int64(0), np.float32(0.0))),
-                (f"predict {name}", self._predict_step, (state[0], state[1], predict_batch))]
+        return [(f"finetune {name}", self.train_step, self.core.example_args(batch)),
+                (f"predict {name}", self._predict_step, (trainable, state, predict_batch))]
 
     @staticmethod
     def _train_inputs(features):

@@ -23,8 +23,15 @@ compared through them. This module fixes everything but the models:
   `discriminate`, so one corruption can score many discriminators: `evaluate_checkpoints` also
   scores every checkpoint against the last generator's replacements (`disc_auc_last_gen`).
 
-NumPy only; TensorFlow is imported only to read TFRecords and, in `keras_fns` /
-`evaluate_checkpoints`, to run our Keras pre-trainer.
+* `device_scorer` (Keras-on-JAX) computes `evaluate` without sending the generator's
+  vocabulary-wide logits to the host: the batch and the same Gumbel noise are uploaded once
+  (`DeviceHeldout`), one jitted program returns [B, N] / [B, T] arrays, and the host turns them
+  into the metrics with `evaluate`'s own code (`generator_sums`, `disc_metrics`): generator
+  accuracy equal, the rest to float32 round-off (tests/pretrain/test_heldout_device.py). It also
+  scores other discriminator values against one fixed corruption (`DeviceScorer.discriminate`).
+
+NumPy only on the host path; TensorFlow is imported only to read TFRecords and, in `keras_fns` /
+`evaluate_checkpoints`, to run our Keras pre-trainer; JAX only in `jax_fns` and the device scorer.
 """
 import json
 import os
@@ -174,46 +181,68 @@ def corrupt(batch, gen_logits_fn, temperature=1.0, seed=4321, chunk=32):
     Gumbel-max samples with the same noise for every run (`np.random.default_rng([seed, i])` for
     the i-th chunk), so two generators differ only by their logits."""
     size = len(batch["input_ids"])
-    gen_correct = gen_loss = gen_weight = 0.0
+    totals = [0.0, 0.0, 0.0]       # generator_sums
     fakes, labels_all = [], []
     for index, start in enumerate(range(0, size, chunk)):
         part = {k: np.asarray(v)[start:start + chunk] for k, v in batch.items()}
         ids, mask, segments = part["input_ids"], part["input_mask"], part["segment_ids"]
         positions, lm_ids = part["masked_lm_positions"], part["masked_lm_ids"]
-        weights = part["masked_lm_weights"].astype(np.float64)
+        weights = part["masked_lm_weights"]
 
         logits = np.asarray(gen_logits_fn(part["masked_input_ids"], mask, segments, positions),
                             np.float32)
         log_probs = _log_softmax(logits)
         ce = -np.take_along_axis(log_probs, lm_ids[..., None].astype(np.int64), axis=-1)[..., 0]
-        gen_loss += float(np.sum(weights * ce))
-        gen_correct += float(np.sum(weights * (logits.argmax(-1) == lm_ids)))
-        gen_weight += float(weights.sum())
+        totals = [t + x for t, x in zip(totals, generator_sums(logits.argmax(-1), ce, lm_ids,
+                                                                weights))]
 
-        u = np.random.default_rng([seed, index]).random(logits.shape, dtype=np.float32)
-        sampled = np.argmax(logits / np.float32(temperature) + gumbel_noise(u), axis=-1)
+        noise = sampling_noise(seed, index, logits.shape)
+        sampled = np.argmax(logits / np.float32(temperature) + noise, axis=-1)
         fake, written = write_samples(ids, sampled, positions, weights)
         fakes.append(fake)
         labels_all.append(written & (fake != ids))
     return {"fake_ids": np.concatenate(fakes), "labels": np.concatenate(labels_all),
-            "gen_accuracy": gen_correct / max(gen_weight, 1e-6),
-            "gen_loss": gen_loss / max(gen_weight, 1e-6)}
+            **generator_metrics(*totals)}
+
+
+def sampling_noise(seed, index, shape):
+    """The Gumbel noise of the `index`-th chunk of `shape` [b, N, V]: float32
+    `gumbel_noise(np.random.default_rng([seed, index]).random(shape, dtype=float32))` (NumPy
+    keeps float32 there: 1e-9 is a Python float)."""
+    return gumbel_noise(np.random.default_rng([seed, index]).random(shape, dtype=np.float32))
+
+
+def generator_sums(predicted, ce, lm_ids, weights):
+    """(weighted count of correct predictions, weighted cross-entropy sum, weight sum) of some
+    masked slots, in float64: `corrupt` adds them up chunk by chunk, `DeviceScorer` once."""
+    weights = np.asarray(weights).astype(np.float64)
+    return (float(np.sum(weights * (np.asarray(predicted) == np.asarray(lm_ids)))),
+            float(np.sum(weights * np.asarray(ce, np.float64))), float(weights.sum()))
+
+
+def generator_metrics(correct, loss, weight):
+    """{"gen_accuracy", "gen_loss"} of `generator_sums` over the whole batch."""
+    return {"gen_accuracy": correct / max(weight, 1e-6), "gen_loss": loss / max(weight, 1e-6)}
 
 
 def discriminate(batch, corrupted, disc_logits_fn, chunk=32):
     """Discriminator ROC AUC and accuracy on `corrupt`'s fake ids, over all input_mask tokens
     ([CLS]/[SEP] included, as ELECTRA's loss), and the fraction of them replaced."""
-    labels_all, scores_all = [], []
+    scores = []
     for start in range(0, len(batch["input_ids"]), chunk):
         mask = np.asarray(batch["input_mask"])[start:start + chunk]
         segments = np.asarray(batch["segment_ids"])[start:start + chunk]
-        disc_logits = np.asarray(disc_logits_fn(corrupted["fake_ids"][start:start + chunk], mask,
-                                                segments), np.float32)
-        real = mask == 1
-        labels_all.append(corrupted["labels"][start:start + chunk][real])
-        scores_all.append(disc_logits[real])
-    labels = np.concatenate(labels_all)
-    scores = np.concatenate(scores_all)
+        scores.append(np.asarray(disc_logits_fn(corrupted["fake_ids"][start:start + chunk], mask,
+                                                segments), np.float32))
+    return disc_metrics(corrupted["labels"], np.concatenate(scores), batch["input_mask"])
+
+
+def disc_metrics(labels, disc_logits, input_mask):
+    """`discriminate`'s metrics of discriminator logits [B, T] (float32) against replaced labels
+    [B, T], over the input_mask tokens (row-major order, as every caller gathers them)."""
+    real = np.asarray(input_mask) == 1
+    labels = np.asarray(labels)[real]
+    scores = np.asarray(disc_logits, np.float32)[real]
     return {"disc_auc": roc_auc(labels, scores),
             "disc_accuracy": (float(np.mean((scores > 0) == labels)) if labels.size
                               else float("nan")),
@@ -298,6 +327,210 @@ def snapshot(pretrainer):
     a snapshot costs no copy)."""
     return [v.value for v in list(pretrainer.trainable_variables)
             + list(pretrainer.non_trainable_variables)]
+
+
+# ------------------------------------------------------------------------------------ on the device
+class DeviceHeldout:
+    """A `heldout_batch` on the JAX device, uploaded once: its arrays and the Gumbel noise of every
+    chunk (`sampling_noise`, made on the host as `corrupt` makes it, float32), padded to whole
+    chunks and shaped [chunks, chunk, ...]. Several `DeviceScorer`s (models with the same
+    vocabulary) can share one: the noise is [B, N, V] float32 (~0.6 GB at 256 x 19 x 30,522).
+
+    `batch` is the host batch itself (the host metrics read it); padded rows have input_mask 0 and
+    weight 0 in every slot, and their outputs are dropped."""
+
+    def __init__(self, batch, vocab_size, seed=4321, chunk=32):
+        import jax
+        self.batch = batch
+        self.size = len(batch["input_ids"])
+        self.chunk, self.seed, self.vocab_size = int(chunk), seed, int(vocab_size)
+        self.chunks = max(1, -(-self.size // self.chunk))
+        names = FEATURES + ("masked_input_ids", "masked_lm_positions", "masked_lm_ids",
+                            "masked_lm_weights")
+        self.arrays = {name: jax.device_put(self.chunked(batch[name])) for name in names}
+        n = np.asarray(batch["masked_lm_positions"]).shape[1]
+        noise = np.zeros((self.chunks, self.chunk, n, self.vocab_size), np.float32)
+        for index, start in enumerate(range(0, self.size, self.chunk)):
+            rows = min(self.chunk, self.size - start)
+            noise[index, :rows] = sampling_noise(seed, index, (rows, n, self.vocab_size))
+        self.arrays["noise"] = jax.device_put(noise)
+
+    def chunked(self, array):
+        """A host [B, ...] array -> [chunks, chunk, ...], zero-padded; float32 stays float32,
+        anything else (ids, masks, labels) becomes int32."""
+        array = np.asarray(array)
+        if array.dtype != np.float32:
+            array = array.astype(np.int32)
+        padded = np.zeros((self.chunks * self.chunk,) + array.shape[1:], array.dtype)
+        padded[:self.size] = array
+        return padded.reshape((self.chunks, self.chunk) + array.shape[1:])
+
+    def unchunked(self, array):
+        """A device [chunks, chunk, ...] output -> host [B, ...] (the padded rows dropped)."""
+        array = np.asarray(array)
+        return array.reshape((-1,) + array.shape[2:])[:self.size]
+
+
+def write_samples_device(input_ids, sampled, positions, weights):
+    """`write_samples` in jax.numpy for one chunk: (fake_ids [b, T] int32, written [b, T] bool).
+
+    NumPy's fancy assignment keeps the last of several slots at one position; a scatter with
+    duplicate indices is unspecified, so of the slots at one position only the last chosen one
+    is written and the others go to index T (out of range, dropped). Position 0 is never
+    written."""
+    import jax.numpy as jnp
+    rows, length = input_ids.shape
+    n = positions.shape[1]
+    chosen = (weights > 0) & (positions > 0)
+    later = jnp.arange(n)[None, :] > jnp.arange(n)[:, None]            # [j, k]: k after j
+    superseded = jnp.any((positions[:, :, None] == positions[:, None, :]) & later[None]
+                         & chosen[:, None, :], axis=-1)
+    index = jnp.where(chosen & ~superseded, positions, length)
+    row = jnp.arange(rows)[:, None]
+    fake = input_ids.at[row, index].set(sampled.astype(input_ids.dtype), mode="drop")
+    written = jnp.zeros(input_ids.shape, bool).at[row, index].set(True, mode="drop")
+    return fake, written
+
+
+class DeviceScorer:
+    """`evaluate` of an `ElectraPretrainer` on Keras-on-JAX with the held-out batch kept on the
+    device (`DeviceHeldout`): one jitted program over the pre-trainer's variable values runs the
+    generator, its log-softmax (float32 here; `corrupt`'s is float64 on the host), the
+    Gumbel-max sample (`logits / float32(temperature) + noise`, the host's float32 operation on
+    the same values), the writing of the samples and the discriminator, chunk by chunk
+    (`lax.map`, so memory stays that of one chunk). Only [B, N] and [B, T] arrays come back: the
+    generator's argmax ids and cross-entropy per slot, the fake ids, the replaced labels and the
+    discriminator logits; the host then computes the metrics with `evaluate`'s own code
+    (`generator_sums`, `disc_metrics`), so generator accuracy equals `evaluate`'s and the rest
+    agree to float32 round-off (tests/pretrain/test_heldout_device.py, on the CPU). That assumes
+    the same logits as `jax_fns`' program: XLA compiles the same operations there and here, but
+    may choose other kernels (a GPU's GEMM autotuning), which can flip a near-tie argmax.
+
+        scorer = device_scorer(pretrainer, batch, temperature)
+        metrics = scorer.evaluate()                       # = evaluate(batch, *jax_fns(pretrainer))
+        last = scorer.corrupt()                           # one fixed corruption ...
+        scorer.discriminate(last, values=snapshot_values)["disc_auc"]   # ... many discriminators
+
+    `values=` (a `snapshot`) scores those values instead of the pre-trainer's current ones.
+    `precompile_jobs()` gives both programs to training/jax_core.precompile."""
+
+    def __init__(self, pretrainer, heldout, temperature=1.0):
+        import jax
+        import keras
+        from pretrain import masking
+        from training.jax_core import PrecompilableStep
+        if pretrainer.disc_head is None:
+            raise EvalError("the run is a plain MLM (electra_objective false): no discriminator")
+        self.pretrainer, self.heldout = pretrainer, heldout
+        self.batch = heldout.batch
+        self.temperature = np.float32(temperature)
+        self.variables = (list(pretrainer.trainable_variables)
+                          + list(pretrainer.non_trainable_variables))
+        variables = self.variables
+
+        def inputs(ids, mask, segments):
+            return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
+
+        def disc_logits(fake, mask, segments):
+            hidden = pretrainer.discriminator(inputs(fake, mask, segments), training=False)
+            return pretrainer.disc_head(hidden).astype("float32")
+
+        def score_chunk(temperature, part):
+            hidden = pretrainer.generator(inputs(part["masked_input_ids"], part["input_mask"],
+                                                 part["segment_ids"]), training=False)
+            logits = pretrainer.mlm_head(masking.gather_positions(
+                hidden, part["masked_lm_positions"])).astype("float32")
+            if logits.shape[-1] != heldout.vocab_size:
+                raise EvalError(f"generator logits over {logits.shape[-1]} tokens, held-out noise "
+                                f"over {heldout.vocab_size}")
+            log_probs = jax.nn.log_softmax(logits, axis=-1)
+            ce = -jax.numpy.take_along_axis(log_probs, part["masked_lm_ids"][..., None],
+                                            axis=-1)[..., 0]
+            sampled = jax.numpy.argmax(logits / temperature + part["noise"], axis=-1)
+            fake, written = write_samples_device(part["input_ids"], sampled,
+                                                 part["masked_lm_positions"],
+                                                 part["masked_lm_weights"])
+            return {"predicted": jax.numpy.argmax(logits, axis=-1).astype("int32"), "ce": ce,
+                    "fake_ids": fake, "labels": written & (fake != part["input_ids"]),
+                    "disc_logits": disc_logits(fake, part["input_mask"], part["segment_ids"])}
+
+        @jax.jit
+        def score(values, temperature, arrays):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return jax.lax.map(lambda part: score_chunk(temperature, part), arrays)
+
+        @jax.jit
+        def discriminate(values, fake, mask, segments):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return jax.lax.map(lambda part: disc_logits(*part), (fake, mask, segments))
+
+        self._score = PrecompilableStep(score)
+        self._discriminate = PrecompilableStep(discriminate)
+
+    def _values(self, values):
+        return [v.value for v in self.variables] if values is None else values
+
+    def _score_args(self, values=None):
+        return (self._values(values), self.temperature, self.heldout.arrays)
+
+    def _discriminate_args(self, fake, values=None):
+        arrays = self.heldout.arrays
+        return (self._values(values), fake, arrays["input_mask"], arrays["segment_ids"])
+
+    def run(self, values=None):
+        """The scoring program's outputs on the host, [B, ...] each: predicted and ce [B, N],
+        fake_ids, labels and disc_logits [B, T]; plus "fake_ids_device" (still chunked there)."""
+        out = self._score(*self._score_args(values))
+        host = {k: self.heldout.unchunked(v) for k, v in out.items()}
+        host["fake_ids_device"] = out["fake_ids"]
+        return host
+
+    def evaluate(self, values=None):
+        """`evaluate(batch, gen_fn, disc_fn, temperature, seed, chunk)`'s metrics, computed on
+        the device (see the class docstring)."""
+        out = self.run(values)
+        return {**self._generator_metrics(out),
+                **disc_metrics(out["labels"], out["disc_logits"], self.batch["input_mask"])}
+
+    def corrupt(self, values=None):
+        """`corrupt`'s dict (fake_ids, labels, gen_accuracy, gen_loss) from the scoring program
+        (its discriminator half runs too and is dropped), plus "fake_ids_device", which
+        `discriminate` uses without uploading the fake ids again."""
+        out = self.run(values)
+        return {"fake_ids": out["fake_ids"], "labels": out["labels"],
+                "fake_ids_device": out["fake_ids_device"], **self._generator_metrics(out)}
+
+    def discriminate(self, corrupted, values=None):
+        """`discriminate(batch, corrupted, disc_fn)` on the device: the discriminator (current
+        values, or `values`) on the fake ids of a corruption made earlier, this scorer's
+        `corrupt` or the host's."""
+        import jax
+        fake = corrupted.get("fake_ids_device")
+        if fake is None:
+            fake = jax.device_put(self.heldout.chunked(corrupted["fake_ids"]))
+        logits = self.heldout.unchunked(self._discriminate(*self._discriminate_args(fake, values)))
+        return disc_metrics(corrupted["labels"], logits, self.batch["input_mask"])
+
+    def precompile_jobs(self, name="held-out"):
+        """[(name, PrecompilableStep, example arguments)] of the scoring and the fixed-corruption
+        discriminator programs, for training/jax_core.precompile."""
+        fake = self.heldout.arrays["input_ids"]
+        return [(f"{name} scoring", self._score, self._score_args()),
+                (f"{name} discriminator", self._discriminate, self._discriminate_args(fake))]
+
+    def _generator_metrics(self, out):
+        return generator_metrics(*generator_sums(out["predicted"], out["ce"],
+                                                 self.batch["masked_lm_ids"],
+                                                 self.batch["masked_lm_weights"]))
+
+
+def device_scorer(pretrainer, batch, temperature=1.0, seed=4321, chunk=32):
+    """A `DeviceScorer` of `pretrainer` on `batch` (a `heldout_batch` dict, uploaded here with
+    its noise for `seed` and `chunk`, or a `DeviceHeldout` already uploaded: shared, its seed
+    and chunk kept)."""
+    if not isinstance(batch, DeviceHeldout):
+        batch = DeviceHeldout(batch, pretrainer.config.vocab_size, seed, chunk)
+    return DeviceScorer(pretrainer, batch, temperature)
 
 
 def special_ids(vocab_file=None, hparams=None):

@@ -7,10 +7,12 @@ runtime (`KERAS_BACKEND=jax`).
 The same task as on TensorFlow (pretrain/task.py `PretrainingTask`: the `ElectraPretrainer`,
 its loss denominators, window metrics and exports, keras.ops only), the same optimizer and
 settings (training/settings.py, `pretrain.hparams.train_settings`), trained by the JAX training
-core (training/jax_core.py: jitted stateless step, DataParallel over the local devices,
-safetensors checkpoints with exact resume, steps_per_loop, the progress line and summary). The
+core (training/jax_core.py: `steps_per_loop` steps per compiled call with the state donated and
+the learning rate computed on the device, input prefetched to the device, DataParallel over the
+local devices, safetensors checkpoints with exact resume, the progress line and summary). The
 input is the task's `host_batches`: our TFRecord shards read by `data/tfrecord_io.py`, no
-tf.data.
+tf.data. On an accelerator set `--steps_per_loop` to the log interval (one host read per log
+line).
 
 Precision: fp32 or bf16 (mixed_bfloat16: bf16 compute, fp32 weights). Not here (TensorFlow path
 only): TensorBoard scalars, mixed_float16 (loss scaling), multi-host, sequence-length phases.
@@ -32,16 +34,13 @@ SUMMARY_FILE = "pretraining_summary.json"
 __all__ = ["pretrain_jax", "pretraining_core"]
 
 
-def pretraining_core(hp, train_files, vocab_size, special_ids=None, log=print,
-                     host_learning_rate=False, task=None):
+def pretraining_core(hp, train_files, vocab_size, special_ids=None, log=print, task=None):
     """(task, core): a PretrainingTask (or `task`, e.g. a subclass with other input) built on a
-    JaxTrainingCore under the current distribution. With `host_learning_rate` the optimizer
-    keeps a float learning rate that `core.task_step(host_learning_rate=True)` sets each step
-    (the step does not depend on the run's length)."""
+    JaxTrainingCore under the current distribution. The core's program takes the schedule as
+    an argument, so it does not depend on the run's length."""
     if task is None:
         task = PretrainingTask(hp, train_files, vocab_size, special_ids)
-    core = JaxTrainingCore(train_settings(hp), log=log).build(
-        task, host_learning_rate=host_learning_rate)
+    core = JaxTrainingCore(train_settings(hp), log=log).build(task)
     return task, core
 
 

@@ -36,6 +36,7 @@ as arrays (data/pretraining_arrays.py; the held-out shard apart) and the tokeniz
 in CI (`bash scripts/gpu_run.sh --smoke`, JAX on the CPU, `tensorflow` unimportable).
 """
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -197,6 +198,7 @@ class GpuRun:
         self.tasks = list(tasks)
         self.bundle = read_bundle(bundle_dir)
         self.stage_seconds, self.compile_seconds, self.heldout_fns = {}, {}, {}
+        self.heldout_scorers = {}       # {model: heldout_eval.DeviceScorer}, see heldout_scorer
         self.finetuners = None
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
                         "pretrain_lr_schedule": recipe.lr_schedule(),
@@ -248,8 +250,8 @@ class GpuRun:
                                             steps // 20))})
 
     def build_models(self, features):
-        """{model: (pretrainer, core, step)} (the pre-training task built on a JAX core; steps
-        with a host learning rate), the held-out
+        """{model: (pretrainer, core, program)} (the pre-training task built on a JAX core; its
+        program takes the schedule as an argument, so it serves any planned length), the held-out
         scoring functions and the fine-tuning models (one per encoder x head shape)."""
         import keras
         from finetune.jax_trainer import Finetuners
@@ -262,10 +264,11 @@ class GpuRun:
             hp = self.pretrain_hparams(model, 1)
             task, core = pretraining_core(
                 hp, [], hp.vocab_size, self.bundle["special_ids"], log=self.log,
-                host_learning_rate=True, task=ArrayPretrainingTask(
-                    hp, [], hp.vocab_size, self.bundle["special_ids"]))
-            built[model] = (task.pretrainer, core, core.task_step(host_learning_rate=True))
-            self.heldout_fns[model] = heldout_eval.jax_fns(task.pretrainer)
+                task=ArrayPretrainingTask(hp, [], hp.vocab_size, self.bundle["special_ids"]))
+            built[model] = (task.pretrainer, core, core.task_step())
+            # makes the model's device scorer of a held-out batch (heldout_scorer)
+            self.heldout_fns[model] = functools.partial(heldout_eval.device_scorer,
+                                                        task.pretrainer)
         self.finetuners = Finetuners(log=self.log)
         configs = self.encoder_configs(built)
         for model in PRETRAINED:            # "random" shares ConvBERT's
@@ -292,15 +295,9 @@ class GpuRun:
         for model, (_, core, step) in built.items():
             if model not in pretrain_models:
                 continue
-            state = core.task_state()
-            jobs.append((f"pretrain {model}", step, (state, batch, np.int64(0), np.float32(0))))
-            gen_fn, disc_fn = self.heldout_fns[model]
-            part = {k: v[:32] for k, v in heldout.items()}
-            jobs.append((f"held-out generator {model}",) + gen_fn.precompile_job(
-                part["masked_input_ids"], part["input_mask"], part["segment_ids"],
-                part["masked_lm_positions"]))
-            jobs.append((f"held-out discriminator {model}",) + disc_fn.precompile_job(
-                part["input_ids"], part["input_mask"], part["segment_ids"]))
+            jobs.append((f"pretrain {model}", step, core.example_args(batch)))
+            jobs += [(f"{name} {model}", program, args) for name, program, args in
+                     self.heldout_scorer(model, heldout).precompile_jobs()]
         configs = self.encoder_configs(built)
         for model in PRETRAINED if finetune else ():
             for task in self.head_tasks():
@@ -334,19 +331,17 @@ class GpuRun:
     def throughput(self, built, batch):
         import jax
         from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
+        from training.jax_core import seconds_per_step
         r = self.recipe
-        states = {model: core.task_state() for model, (_, core, _) in built.items()}
-        for model, (_, _, step) in built.items():   # one untimed step each (compiled already)
-            jax.block_until_ready(step(states[model], batch, np.int64(0), np.float32(0.0)))
+        # Blocks of the calls training makes (the largest call of its settings), state donated.
+        args = {model: core.example_args(batch) for model, (_, core, _) in built.items()}
         times = {model: [] for model in built}
-        for _ in range(r.throughput_rounds):          # interleaved: ConvBERT, ELECTRA, ...
+        calls = {model: max(1, r.throughput_steps // int(args[model][2])) for model in built}
+        for round_index in range(r.throughput_rounds):   # interleaved: ConvBERT, ELECTRA, ...
             for model, (_, _, step) in built.items():
-                state = states[model]
-                start = time.perf_counter()
-                for i in range(r.throughput_steps):
-                    state, metrics = step(state, batch, np.int64(i), np.float32(1e-4))
-                jax.block_until_ready(metrics["loss"])
-                times[model].append((time.perf_counter() - start) / r.throughput_steps)
+                figures, args[model] = seconds_per_step(step, args[model], calls[model],
+                                                        warm_up=round_index == 0)
+                times[model] += figures
         device = jax.devices()[0]
         peak = peak_bf16_tflops(device.device_kind)
         b, t = batch["input_ids"].shape
@@ -379,26 +374,20 @@ class GpuRun:
     def finetune_step_seconds(self, built, features):
         """{encoder: seconds per fine-tuning step} of the binary head at the recipe's batch,
         timed as the throughput steps are (the step that fine-tunes, compiled already)."""
-        import jax
         from data.pretraining_arrays import array_batches
+        from training.jax_core import seconds_per_step
         configs = self.encoder_configs(built)
         task = self.head_tasks()[0]
         hp = self.finetune_hparams(task)
         seconds = {}
         for model in PRETRAINED:
             finetuner = self.finetuners.get(configs[model], task, hp)
-            state = finetuner.core.task_state()
             batch = next(array_batches(finetuner._train_inputs(features[task][0]),
                                        hp.train_batch_size))
-            jax.block_until_ready(finetuner.train_step(state, batch, np.int64(0), np.float32(0)))
-            times = []
-            for _ in range(self.recipe.throughput_rounds):
-                start = time.perf_counter()
-                for i in range(self.recipe.throughput_steps):
-                    state, metrics = finetuner.train_step(state, batch, np.int64(i),
-                                                          np.float32(0))
-                jax.block_until_ready(metrics["loss"])
-                times.append((time.perf_counter() - start) / self.recipe.throughput_steps)
+            args = finetuner.core.example_args(batch)
+            times, _ = seconds_per_step(finetuner.train_step, args,
+                                        max(1, self.recipe.throughput_steps // int(args[2])),
+                                        rounds=self.recipe.throughput_rounds)
             seconds[model] = float(np.median(times))
             self.log(f"{model}: fine-tuning step {1e3 * seconds[model]:.2f} ms (batch "
                      f"{hp.train_batch_size})")
@@ -422,14 +411,24 @@ class GpuRun:
         return LOOP_OVERHEAD * total
 
     # -------------------------------------------------------------- 2. plan
+    def heldout_scorer(self, model, heldout):
+        """`model`'s held-out scorer on the device (pretrain/heldout_eval.DeviceScorer: the
+        generator's logits never leave the device), made at its first use: the batch, its masking
+        and its sampling noise are uploaded once, and both models share that upload."""
+        scorer = self.heldout_scorers.get(model)
+        if scorer is None or scorer.batch is not heldout:
+            uploaded = next((s.heldout for s in self.heldout_scorers.values()
+                             if s.batch is heldout), heldout)
+            scorer = self.heldout_scorers[model] = self.heldout_fns[model](
+                uploaded, self.recipe.pretrain["temperature"])
+        return scorer
+
     def heldout_seconds(self, heldout):
-        """Wall of one held-out evaluation of each pre-trained model, summed (the functions are
+        """Wall of one held-out evaluation of each pre-trained model, summed (the programs are
         compiled already): what each held-out point costs the pre-training stage."""
-        from pretrain import heldout_eval
         start = time.perf_counter()
         for model in PRETRAINED:
-            gen_fn, disc_fn = self.heldout_fns[model]
-            heldout_eval.evaluate(heldout, gen_fn, disc_fn, self.recipe.pretrain["temperature"])
+            self.heldout_scorer(model, heldout).evaluate()
         seconds = time.perf_counter() - start
         self.log(f"held-out evaluation: {seconds:.1f}s for both models")
         return seconds
@@ -470,11 +469,11 @@ class GpuRun:
         hp = self.pretrain_hparams(model, steps)
         fileio.makedirs(model_dir)
         hp.to_json(os.path.join(model_dir, "hparams.json"))
-        gen_fn, disc_fn = self.heldout_fns[model]
+        scorer = self.heldout_scorer(model, heldout)
         points = []      # (step, metrics, snapshot of the variables)
 
         def score(step_done):
-            metrics = heldout_eval.evaluate(heldout, gen_fn, disc_fn, hp.temperature)
+            metrics = scorer.evaluate()
             points.append((step_done, metrics, heldout_eval.snapshot(pretrainer)))
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
@@ -492,11 +491,10 @@ class GpuRun:
             checkpoint_every=max(1, steps // self.recipe.evaluations) * max(
                 1, self.recipe.evaluations // 2))
         # One fixed corruption (the last generator's) for every point's discriminator.
-        last = heldout_eval.corrupt(heldout, gen_fn, hp.temperature)
+        last = scorer.corrupt()
         lines = []
         for step_done, metrics, values in points:
-            fixed = heldout_eval.discriminate(
-                heldout, last, lambda *a, v=values: disc_fn(*a, values=v))["disc_auc"]
+            fixed = scorer.discriminate(last, values=values)["disc_auc"]
             lines.append(json.dumps({"step": step_done, **metrics, "disc_auc_last_gen": fixed}))
         fileio.write_text_atomic(curve_path, "\n".join(lines) + "\n")
         return self._pretraining_record(summary, curve_path)
@@ -735,6 +733,7 @@ class GpuRun:
 
 def main(argv=None):
     import argparse
+    from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP, enable_compile_cache
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle_dir", default="gpu_bundle")
@@ -745,12 +744,14 @@ def main(argv=None):
                          "start-up on one H100)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="tiny model, a few steps (CPU check)")
+    ap.add_argument("--jax_cache_dir", default=None, help=JAX_CACHE_HELP)
     args = ap.parse_args(argv)
     import keras
     if keras.backend.backend() != "jax":
         print("error: run with KERAS_BACKEND=jax", file=sys.stderr)
         return 2
     log = Log()
+    enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError
     try:
         run = GpuRun(SMOKE if args.smoke else GPU_BUDGET, args.bundle_dir, args.output_dir,

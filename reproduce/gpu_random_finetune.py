@@ -22,6 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP, enable_compile_cache  # noqa: E402
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
@@ -35,6 +37,7 @@ def main(argv=None):
     ap.add_argument("--max_steps", type=int, default=0, help="cap (a quick check)")
     ap.add_argument("--output", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
+    ap.add_argument("--jax_cache_dir", default=None, help=JAX_CACHE_HELP)
     args = ap.parse_args(argv)
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
@@ -54,6 +57,7 @@ def main(argv=None):
         finetune["max_train_steps"] = args.max_steps
     recipe = dataclasses.replace(base, finetune=finetune)
     log = Log()
+    enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_random_finetune")
     run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=tasks)
     run.results["plan"] = {"finetune_step_fraction": args.fraction}

@@ -30,6 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP, enable_compile_cache  # noqa: E402
+
 VARIANTS = {"run": (0.1, 1.0), "warmup10x": (1.0, 1.0), "lowlr": (0.1, 0.1)}   # (warm-up share, lr scale)
 
 
@@ -99,6 +101,7 @@ def main(argv=None):
     ap.add_argument("--plot", default=None, metavar="PNG",
                     help="no training: plot the probe results named by --inputs into PNG")
     ap.add_argument("--inputs", default="", help="with --plot: comma-separated probe JSON files")
+    ap.add_argument("--jax_cache_dir", default=None, help=JAX_CACHE_HELP)
     args = ap.parse_args(argv)
     if args.plot:
         plot_probes([p for p in args.inputs.split(",") if p], args.plot)
@@ -114,7 +117,6 @@ def main(argv=None):
     from pretrain.hparams import train_settings
     from pretrain.jax_trainer import pretraining_core
     from reproduce.gpu_budget import GPU_BUDGET, SMOKE, ArrayPretrainingTask, GpuRun, Log
-    from training.jax_core import host_learning_rate
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
@@ -125,6 +127,7 @@ def main(argv=None):
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if args.precision == "bf16" else "float32")
     log = Log()
+    enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_rtd_probe")
     run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=[])
     b = run.bundle
@@ -136,10 +139,10 @@ def main(argv=None):
     started = time.time()
     hp = run.pretrain_hparams(args.model, args.schedule_steps)
     task, core = pretraining_core(
-        hp, [], hp.vocab_size, b["special_ids"], log=log, host_learning_rate=True,
+        hp, [], hp.vocab_size, b["special_ids"], log=log,
         task=ArrayPretrainingTask(hp, [], hp.vocab_size, b["special_ids"]))
     task.arrays = train
-    step = core.task_step(host_learning_rate=True)
+    step = core.task_step()
     gen_fn, disc_fn = heldout_eval.jax_fns(task.pretrainer)
     initial = [[np.asarray(v.value) for v in group] for group in core.task_variables()]
     out = {"model": args.model, "precision": args.precision, "steps": args.steps,
@@ -168,7 +171,7 @@ def main(argv=None):
         def score(step_done):
             metrics = heldout_eval.evaluate(heldout, gen_fn, disc_fn, hp.temperature)
             points.append({"step": step_done,
-                           "learning_rate": float(host_learning_rate(core.schedule, step_done)),
+                           "learning_rate": float(core.schedule.host_value(step_done)),
                            **{k: round(float(v), 4) for k, v in metrics.items()}})
             log(f"{name} step {step_done}: held-out gen acc {metrics['gen_accuracy']:.3f}, "
                 f"disc AUC {metrics['disc_auc']:.3f}")

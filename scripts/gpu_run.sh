@@ -6,20 +6,38 @@
 # bundle's wheels when that Python lacks them (no network). Rerun the same command to resume.
 #   bash scripts/gpu_run.sh --output_dir=DIR [--budget_s=330] [--bundle_dir=gpu_bundle]
 #                           [--work_dir=runs/gpu_budget] [--smoke]
+#                           [--compile_cache=jax_cache.tar.gz] [--jax_cache_dir=DIR|off]
+# JAX's persistent compilation cache (training/compile_cache.py) is <work_dir>/jax_cache unless
+# --jax_cache_dir (or $CONVBERT_JAX_CACHE_DIR) names another; --compile_cache=FILE unpacks an
+# earlier run's DIR/jax_cache.tar.gz into it first, so the programs it compiled are read, not
+# compiled again (same GPU kind, same jax/jaxlib). At the end the cache is packed into
+# DIR/jax_cache.tar.gz, also after a failed run; over 16 MiB it is still written whole, and the
+# log says so in one line (a device tool that returns files of at most 16 MiB leaves it behind).
 # DIR gets at most 8 files: results.json, results.md, throughput.json, pretraining_curves.png,
-# glue_scores.png, gpu_run.log.
+# glue_scores.png, gpu_run.log, jax_cache.tar.gz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bundle=gpu_bundle out= smoke=
+bundle=gpu_bundle out= smoke= work=runs/gpu_budget cache= archive=
+args=()        # what reproduce.gpu_budget gets: every argument but --compile_cache
 for arg in "$@"; do
   case "$arg" in
     --bundle_dir=*) bundle="${arg#*=}" ;;
     --output_dir=*) out="${arg#*=}" ;;
+    --work_dir=*) work="${arg#*=}" ;;
+    --jax_cache_dir=*) cache="${arg#*=}" ;;
+    --compile_cache=*) archive="${arg#*=}"; continue ;;
     --smoke) smoke=1 ;;
   esac
+  args+=("$arg")
 done
 [ -n "$out" ] || { echo "error: --output_dir=DIR is required" >&2; exit 2; }
 [ -f "$bundle/bundle.json" ] || { echo "error: $bundle/bundle.json not found: build the bundle with bash scripts/gpu_bundle.sh" >&2; exit 2; }
+[ -z "$archive" ] || [ -f "$archive" ] || { echo "error: --compile_cache=$archive: no such file" >&2; exit 2; }
+if [ -z "$cache" ]; then
+  cache="${CONVBERT_JAX_CACHE_DIR-$work/jax_cache}"
+  args+=("--jax_cache_dir=$cache")
+fi
+case "${cache,,}" in off|none|0|"") cache= ;; esac     # training/compile_cache.py's off values
 python="${PYTHON:-}"
 if [ -z "$python" ]; then
   if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
@@ -33,6 +51,34 @@ if ! "$python" -c "import keras, optree, namex" 2>/dev/null; then
   export PYTHONPATH="$site:$PYTHONPATH"
 fi
 mkdir -p "$out"
+: > "$out/gpu_run.log"
+say() { echo "$1" | tee -a "$out/gpu_run.log"; }
+if [ -n "$archive" ]; then
+  if [ -z "$cache" ]; then
+    say "compile cache: off, $archive not unpacked"
+  elif mkdir -p "$cache" && tar -xzf "$archive" -C "$cache"; then
+    say "compile cache: $archive unpacked into $cache"
+  else            # a damaged archive costs the compile time it would have saved, not the run
+    say "compile cache: $archive could not be unpacked; compiling everything"
+  fi
+fi
 set -o pipefail
+status=0
 # tensorflow made unimportable: this path must not need it (a GPU box without it, a JAX TPU VM).
-"$python" -c "import runpy, sys; sys.modules['tensorflow'] = None; sys.argv = ['reproduce.gpu_budget'] + sys.argv[1:]; runpy.run_module('reproduce.gpu_budget', run_name='__main__')" "$@" 2>&1 | tee "$out/gpu_run.log"
+"$python" -c "import runpy, sys; sys.modules['tensorflow'] = None; sys.argv = ['reproduce.gpu_budget'] + sys.argv[1:]; runpy.run_module('reproduce.gpu_budget', run_name='__main__')" "${args[@]}" 2>&1 | tee -a "$out/gpu_run.log" || status=$?
+# What this run and the ones before it compiled, for the next machine (--compile_cache); written
+# to a temporary name first, so a cut-off pack leaves no truncated archive behind.
+if [ -n "$cache" ] && [ -d "$cache" ] && [ -n "$(ls -A "$cache")" ]; then
+  if tar -czf "$out/.jax_cache.tar.gz.tmp" -C "$cache" . && mv "$out/.jax_cache.tar.gz.tmp" "$out/jax_cache.tar.gz"; then
+    size=$(wc -c < "$out/jax_cache.tar.gz")
+    if [ "$size" -gt $((16 * 1024 * 1024)) ]; then
+      say "compile cache: $out/jax_cache.tar.gz is $((size / 1024 / 1024)) MiB, over the 16 MiB a device tool returns"
+    else
+      say "compile cache: $(find "$cache" -name '*-cache' | wc -l) programs packed into $out/jax_cache.tar.gz ($(( (size + 1023) / 1024 )) KiB)"
+    fi
+  else
+    rm -f "$out/.jax_cache.tar.gz.tmp"
+    say "compile cache: packing $cache failed"
+  fi
+fi
+exit "$status"

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -43,6 +44,7 @@ SLOW_MODULES = (
 
 
 _SHARED_REGISTRY = pytest.StashKey[bool]()
+_OWN_JAX_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
@@ -52,6 +54,13 @@ def pytest_configure(config):
     CONVBERT_TEST_ZYGOTE=0 turns it off."""
     controller = not hasattr(config, "workerinput") and \
         getattr(config.option, "dist", "no") not in (None, "no")
+    # Run without scripts/test_env.sh (a plain `pytest`): the JAX commands' compilation cache
+    # (training/compile_cache.py) in a directory of this run, as test_env.sh makes one, never
+    # the default under the user's ~/.cache. xdist's workers inherit the controller's.
+    if not os.environ.get("JAX_COMPILATION_CACHE_DIR") and \
+            "CONVBERT_JAX_CACHE_DIR" not in os.environ:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="convbert-jax-cache-")
+        config.stash[_OWN_JAX_CACHE] = os.environ["JAX_COMPILATION_CACHE_DIR"]
     if not controller and os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow":
         from tests.zygote import tensorflow_test_settings
         tensorflow_test_settings()
@@ -70,6 +79,8 @@ def pytest_unconfigure(config):
         zygote.stop_zygotes()
         if config.stash.get(_SHARED_REGISTRY, False):   # after the workers, which end the zygotes
             zygote.remove_registry()
+    if config.stash.get(_OWN_JAX_CACHE, None):
+        shutil.rmtree(config.stash[_OWN_JAX_CACHE], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

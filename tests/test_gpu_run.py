@@ -1,11 +1,14 @@
 """The prepared GPU run end to end on the CPU (docs/GPU.md): `bash scripts/gpu_bundle.sh` builds the
 bundle from ../shared (<= 60 MiB), then `bash scripts/gpu_run.sh --smoke` runs every stage on
 Keras-on-JAX with `tensorflow` unimportable and leaves every output file and every model x task
-cell. A rerun of the same command resumes: nothing is trained again."""
+cell, JAX's compilation cache packed among them. A rerun of the same command resumes: nothing is
+trained again, and its cache comes from that archive (--compile_cache)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -56,7 +59,14 @@ def test_smoke_run_end_to_end_and_resume(bundle):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in results.iterdir()) == sorted(
         ["results.json", "results.md", "throughput.json", "pretraining_curves.png",
-         "glue_scores.png", "gpu_run.log"])
+         "glue_scores.png", "gpu_run.log", "jax_cache.tar.gz"])
+    # JAX's compilation cache in the work folder, packed for the next machine (--compile_cache)
+    cache = work / "jax_cache"
+    assert f"JAX compilation cache: {cache}, 0 programs (--jax_cache_dir)" in done.stdout
+    with tarfile.open(results / "jax_cache.tar.gz") as tar:
+        packed = sorted(os.path.basename(n) for n in tar.getnames() if n.endswith("-cache"))
+    assert packed and packed == sorted(p.name for p in cache.glob("*-cache"))
+    assert f"compile cache: {len(packed)} programs packed into" in done.stdout
     data = json.loads((results / "results.json").read_text())
     for model in ("convbert", "electra", "random"):
         assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
@@ -78,9 +88,13 @@ def test_smoke_run_end_to_end_and_resume(bundle):
     for png in ("pretraining_curves.png", "glue_scores.png"):
         labels = png_labels(str(results / png))
         assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
-    again = subprocess.run(cmd, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
+    shutil.rmtree(cache)      # the rerun's cache comes from the archive alone
+    again = subprocess.run(cmd + [f"--compile_cache={results / 'jax_cache.tar.gz'}"],
+                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
                            env=env)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert f"jax_cache.tar.gz unpacked into {cache}" in again.stdout
+    assert f"JAX compilation cache: {cache}, {len(packed)} programs" in again.stdout
     assert "pre-trained (4 steps), skipped" in again.stdout
     # the first run's timings and plan stand; nothing is compiled or timed again
     assert "throughput from" in again.stdout and "precompile: nothing left to run" in again.stdout
@@ -149,9 +163,11 @@ def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
            "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "reproduce/gpu_random_finetune.py", f"--bundle_dir={out}",
-         "--tasks=rte", "--max_steps=1", "--precision=fp32", "--smoke", f"--output={result}"],
+         "--tasks=rte", "--max_steps=1", "--precision=fp32", "--smoke", f"--output={result}",
+         f"--jax_cache_dir={tmp_path / 'jax_cache'}"],
         cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert list((tmp_path / "jax_cache").glob("*-cache"))      # its programs, cached there
     data = json.loads(result.read_text())
     rte = data["tasks"]["rte"]
     assert rte["steps"] == 1 and 0.0 <= rte["dev"]["accuracy"] <= 100.0
@@ -172,6 +188,7 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
          "--variants=run,warmup10x,lowlr", f"--output={result}"],
         cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "JAX compilation cache: " in done.stdout
     data = json.loads(result.read_text())
     runs = data["variants"]
     assert {k: v["warmup_steps"] for k, v in runs.items()} == {"run": 4, "warmup10x": 40,

@@ -5,45 +5,72 @@
 
 It runs the same `Task` objects as TensorFlow's core: the task builds its models, names its
 variables and computes its loss and metric sums with keras.ops; the core owns the rest, as
-`TrainingCore` does on TensorFlow:
+`TrainingCore` does on TensorFlow. It is built so that an accelerator, not the host, sets the
+pace:
 
-* the step: the task's `loss_denominators` + `compute` run inside a `keras.StatelessScope` that
-  swaps every variable for the step's value, under `jax.value_and_grad`, then
-  `optimizer.stateless_apply`, in one `jax.jit`; RNG and other state variables
-  (`task.state_variables()`) are threaded through it. With `host_learning_rate=True` the
-  learning rate is an argument of the step (written into the optimizer's `learning_rate`
-  variable) instead of a schedule traced into it, so one compiled step serves any number of
-  steps: fine-tuning reuses it across tasks and trials (`fit_task(train_step=...)`), and a run
-  can choose its length after timing its first steps;
+* the program: one `jax.jit` runs up to K = `steps_per_loop` steps (a `lax.fori_loop` over a
+  [K, B, ...] block of batches). Each step is the task's `loss_denominators` + `compute` inside a
+  `keras.StatelessScope` that swaps every variable for the step's value, under
+  `jax.value_and_grad`, then `optimizer.stateless_apply`; RNG and other state variables
+  (`task.state_variables()`) are threaded through. The number of steps is an argument: a call
+  of fewer than K (at a log or save boundary, or the end) runs the same program on a padded
+  block and loops over its real batches only, so one program serves the whole run;
+* the state: a `TrainState` (trainable, non-trainable and optimizer values, the step counter on
+  the device), DONATED to the program: each call updates it in place instead of landing in fresh
+  buffers. Keras variables never share a buffer with it (they get copies at save points and the
+  final values at the end);
+* the learning rate: computed on the device from the step counter and the schedule's
+  `arguments()` (training/optimization.py `LinearWarmupLinearDecay.value_at`), an argument of
+  the program, so one compiled program serves any run length and peak rate: fine-tuning reuses
+  it across tasks and trials (`fit_task(train_step=...)`), and a run can choose its length after
+  timing its first steps;
+* metrics: summed over the call's steps on the device, in the same program; the host reads
+  them once per call (with `steps_per_loop` = `log_every`, once per log line);
+* the input: training/device_input.py `BlockPrefetcher`, a thread that stacks the next
+  block of the task's `host_batches` and puts it on the device while the current one trains;
 * the optimizer: training/settings.py `build_optimizer`, TensorFlow's core's (ELECTRA's AdamW,
   warm-up / decay, layer-wise LR decay, global-norm clipping);
-* `steps_per_loop` > 1: that many steps are dispatched back to back and their metric sums added
-  on the device, with one host sync per call, so the host prepares the next batches while the
-  device computes;
-* devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): the global
-  batch is sharded along its batch axis, one SPMD program, the one-device loss (so the task's
+* devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): blocks are
+  split along their batch axis, one SPMD program, the one-device loss (so the task's
   denominators are the global ones without a collective of its own);
-* state: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable incl.
-  optimizer and RNG state, the step and examples counters), written atomically through
+* state on disk: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable
+  incl. optimizer and RNG state, the step and examples counters), written atomically through
   base/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
   batches);
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
   the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
 
-`make_step` takes a Keras model and a `loss_and_metrics(outputs, batch)` function instead of a
-Task: the same step, for benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core;
-not here: TensorBoard, loss scaling (mixed_float16).
+`fit_task` reads as its four parts: `_restore`, `_train` (the loop, with `_save` at its save
+points), then the final values assigned and `export`. `make_step` takes a Keras model and a
+`loss_and_metrics(outputs, batch)` function instead of a Task: the same program, for
+benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core; not here: TensorBoard,
+loss scaling (mixed_float16).
 """
 import os
 import time
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from training.loop import TrainingError, run_loop, run_summary, steps_this_call
+from training.loop import (TrainingError, call_sizes, largest_call, run_loop, run_summary)
 from training.state import (restore_safetensors_checkpoint, save_safetensors_checkpoint,
                             write_json_atomic)
 
 
+class TrainState(NamedTuple):
+    """What a compiled call of the core takes, donates and returns (a JAX pytree)."""
+    trainable: list        # values of the trained variables, in `named_variables()` order
+    non_trainable: list    # values of `task.state_variables()` (RNG state)
+    optimizer: list        # values of `optimizer.variables` (moments, iterations, learning rate)
+    step: Any              # int32 scalar: updates applied so far (drives masking RNG and the lr)
+
+
+def copy_state(state):
+    """A copy of every array of `state` on the same devices (what a donated call may consume
+    while the original lives on)."""
+    import jax
+    import jax.numpy as jnp
+    return jax.tree_util.tree_map(jnp.copy, state)
 def use_devices(num_devices=None, log=print):
     """DataParallel over the first `num_devices` local devices (all by default); their number."""
     import jax
@@ -77,23 +104,22 @@ def set_precision(precision):
 def learning_rate_slot(optimizer):
     """Index of the optimizer's `learning_rate` variable in `optimizer.variables` (a Keras
     optimizer built with a float learning rate keeps it there; one built with a schedule has
-    none): where a step with `host_learning_rate` writes the rate it is given."""
+    none): where the core's program writes each step's rate."""
     slots = [i for i, v in enumerate(optimizer.variables) if v.name == "learning_rate"]
     if len(slots) != 1:
-        raise TrainingError("host_learning_rate needs an optimizer built with a float "
-                            "learning_rate (it keeps a `learning_rate` variable), not a schedule")
+        raise TrainingError("the JAX core needs an optimizer built with a float learning_rate "
+                            "(it keeps a `learning_rate` variable), not a schedule")
     return slots[0]
 
 
 class PrecompilableStep:
     """A jitted function that can be compiled ahead of its first call (`precompile`: several at
-    once, in parallel) and then runs the compiled executable; `host_learning_rate` marks a train
-    step fed its learning rate by the host. Arguments that do not match what was compiled (another
-    batch shape) fall back to the jitted function, which compiles them as usual."""
+    once, in parallel) and then runs the compiled executable. Arguments that do not match what
+    was compiled (another batch shape, another number of steps per call) fall back to the jitted
+    function, which compiles them as usual."""
 
-    def __init__(self, jitted, log=print, host_learning_rate=False):
+    def __init__(self, jitted, log=print):
         self.jitted, self.log = jitted, log
-        self.host_learning_rate = host_learning_rate
         self.compiled = None
 
     def lower(self, *args):
@@ -136,10 +162,24 @@ def precompile(jobs, log=print, workers=None):
     return done
 
 
-def host_learning_rate(schedule, step):
-    """schedule(step) as a NumPy float32 computed on the host (no device round trip)."""
-    value = getattr(schedule, "host_value", None)
-    return np.float32(value(step) if value is not None else np.asarray(schedule(step)))
+def seconds_per_step(program, args, calls, rounds=1, warm_up=True):
+    """Wall seconds per training step of `program` from its `example_args` (the state threaded
+    through the calls; with `warm_up` one untimed call first, which compiles it if it is not
+    yet): one figure per round of `calls` calls, each waited for at its end. Returns (figures,
+    the args to go on with), so interleaved rounds of several programs continue their state."""
+    import jax
+    state, block, num, schedule_arguments = args
+    if warm_up:
+        state, _ = program(state, block, num, schedule_arguments)
+        jax.block_until_ready(state)
+    figures = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            state, sums = program(state, block, num, schedule_arguments)
+        jax.block_until_ready((state, sums))
+        figures.append((time.perf_counter() - start) / (calls * int(num)))
+    return figures, (state, block, num, schedule_arguments)
 
 
 # ------------------------------------------------------------------------------ the core
@@ -153,10 +193,10 @@ class JaxTrainingCore:
         self.task = self.optimizer = self.schedule = None
 
     # ------------------------------------------------------------------ a Task
-    def build(self, task, host_learning_rate=False):
+    def build(self, task):
         """Precision, the task's models, its variables and the optimizer (training/settings.py
-        `build_optimizer`; with `host_learning_rate` one that a `task_step(host_learning_rate=
-        True)` feeds each step's rate). Returns self."""
+        `build_optimizer`, its learning rate in a variable the program writes each step's rate
+        into). Returns self."""
         from training.settings import build_optimizer
         set_precision(self.settings.precision)
         self.task = task
@@ -165,21 +205,30 @@ class JaxTrainingCore:
         self.trainable = list(named.values())
         self.state = list(task.state_variables())
         self.optimizer, self.schedule = build_optimizer(self.settings, named,
-                                                        host_learning_rate=host_learning_rate)
+                                                        learning_rate_variable=True)
         self.optimizer.build(self.trainable)
         self.num_params = int(sum(np.prod(v.shape) for v in self.trainable))
         return self
 
     def task_variables(self):
-        """(trainable, state, optimizer variables) of the built task: the step's state."""
+        """(trainable, state, optimizer variables) of the built task: a TrainState's lists."""
         return self.trainable, self.state, self.optimizer.variables
 
-    def task_state(self):
-        """The current values of `task_variables()`: a step's first argument."""
-        return tuple([v.value for v in group] for group in self.task_variables())
+    def train_state(self, step=0, copy=True):
+        """A TrainState of the variables' current values at `step`; copies by default (a
+        program call donates what it is given)."""
+        import jax.numpy as jnp
+        state = TrainState(*([v.value for v in group] for group in self.task_variables()),
+                           step=jnp.asarray(step, jnp.int32))
+        return copy_state(state) if copy else state
 
-    def task_step(self, host_learning_rate=False):
-        """The jitted step of the built task (see `make_step` for its signature)."""
+    def task_state(self):
+        """The variables' current values, not copied: (trainable, state, optimizer) lists; the
+        first two are a `predict_step`'s first arguments."""
+        return self.train_state(copy=False)[:3]
+
+    def task_step(self):
+        """The compiled program of the built task (see `_program` for its signature)."""
         import keras
         task, trainable_vars, state_vars = self.task, self.trainable, self.state
 
@@ -193,7 +242,16 @@ class JaxTrainingCore:
                 new_state.append(value if current is None else current)
             return loss, metrics, new_state
 
-        return self._step(forward, self.optimizer, host_learning_rate)
+        return self._program(forward, self.optimizer)
+
+    def example_args(self, batch, steps=None):
+        """Arguments of a `task_step()` / `make_step()` program for a block of `steps` copies of
+        `batch` (default: the settings' largest call): what `precompile` lowers, and what a
+        benchmark times. The state is a copy of the variables' values."""
+        from training.device_input import block_sharding, stack_block, to_device
+        steps = steps or largest_call(self.settings)
+        block = to_device(stack_block([batch] * steps, steps), block_sharding())
+        return (self.train_state(), block, np.int32(steps), self.schedule.arguments())
 
     def predict_step(self, fn):
         """A jitted (trainable values, state values, batch) -> fn(batch), run with the built
@@ -213,15 +271,15 @@ class JaxTrainingCore:
 
     def set_settings(self, settings):
         """Other settings for the built task (a run's length, peak learning rate, warm-up, log
-        and save intervals), with the schedule they make. A step with a host learning rate
-        stays valid; what is compiled into it (weight decay, clipping, layer-wise decay,
-        precision) must not change."""
+        and save intervals), with the schedule they make. A compiled program stays valid; what
+        is compiled into it (weight decay, clipping, layer-wise decay, precision, and the steps
+        per call `largest_call`) must not change."""
         self.settings = settings
         self.schedule = settings.schedule()
 
     def reset(self):
         """Optimizer state (Adam moments, iterations) back to zero on the same variables, so the
-        compiled step is reused (fine-tuning trials)."""
+        compiled program is reused (fine-tuning trials)."""
         for variable in self.optimizer.variables:
             if variable.name != "learning_rate":
                 variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
@@ -232,27 +290,39 @@ class JaxTrainingCore:
         """Train the built task from the newest checkpoint of `checkpoint_dir` (or step 0) to
         settings.total_steps; `task.export(export_dir)` at the end, with the trained values
         assigned back to the variables. train_step: a `task_step()` to reuse (one is compiled
-        otherwise); one made with `host_learning_rate` is fed `schedule(step)` each step.
-        after_save(step): called at every save point (every `save_every` steps and at the end,
-        with or without a `checkpoint_dir`) with the current values assigned to the variables
-        (held-out curves). checkpoint_every: write the checkpoint only at save points that are
-        a multiple of it (and at the end); after_save still sees every save point."""
+        otherwise). after_save(step): called at every save point (every `save_every` steps and
+        at the end, with or without a `checkpoint_dir`) with the current values assigned to the
+        variables (held-out curves). checkpoint_every: write the checkpoint only at save points
+        that are a multiple of it (and at the end); after_save still sees every save point."""
+        import jax
         task = self.task
-        export = None if export_dir is None else (lambda: task.export(export_dir))
-        return self._fit(self.task_variables(), self.schedule, task.host_batches,
-                         task.summarize, task.describe,
-                         train_step or self.task_step(), checkpoint_dir=checkpoint_dir,
-                         export=export, summary_path=summary_path,
-                         summary_extra=summary_extra, started_at=started_at,
-                         after_save=after_save, checkpoint_every=checkpoint_every,
-                         label=task.label or self.label)
+        started_at = time.time() if started_at is None else started_at
+        program = train_step or self.task_step()
+        step, examples, last_saved = self._restore(checkpoint_dir)
+        state = self.train_state(step)
+        try:
+            state, result = self._train(program, state, examples, last_saved, checkpoint_dir,
+                                        after_save, checkpoint_every, label=task.label or self.label)
+        finally:
+            # The newest values the run reached (also when it stopped on an error or a signal),
+            # unless a failed call consumed them.
+            if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):
+                self._assign(state)
+        if export_dir is not None:
+            task.export(export_dir)
+        summary = run_summary(self.settings, result, started_at, self.num_params, extra={
+            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{len(jax.devices())}",
+            **(summary_extra or {})})
+        if summary_path is not None:
+            write_json_atomic(summary, summary_path)
+        return summary
 
     # ------------------------------------------------------------------ a model + loss function
-    def make_step(self, model, optimizer, loss_and_metrics, host_learning_rate=False):
-        """The jitted step: (state, batch, step) -> (state, metric sums incl. loss, grad_norm);
-        with `host_learning_rate`, (state, batch, step, learning_rate) -> the same (the optimizer
-        must have been built with a float learning rate: see `learning_rate_slot`). state =
-        (trainable, non-trainable, optimizer variable values)."""
+    def make_step(self, model, optimizer, loss_and_metrics):
+        """The compiled program for a Keras model and `loss_and_metrics(outputs, batch) -> (loss,
+        metric sums)` instead of a Task (`_program`'s signature; the optimizer must keep its
+        learning rate in a variable: `learning_rate_slot`). Its TrainState lists are
+        (model.trainable_variables, model.non_trainable_variables, optimizer.variables)."""
 
         def forward(trainable, non_trainable, batch, step):
             outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch,
@@ -260,15 +330,18 @@ class JaxTrainingCore:
             loss, metrics = loss_and_metrics(outputs, batch)
             return loss, metrics, non_trainable
 
-        return self._step(forward, optimizer, host_learning_rate)
+        return self._program(forward, optimizer)
 
-    # ------------------------------------------------------------------ shared
-    def _step(self, forward, optimizer, host_learning_rate):
-        """jit(forward + backward + AdamW); forward(trainable, non_trainable, batch, step) ->
-        (loss, metric sums, new non_trainable values)."""
+    # ------------------------------------------------------------------ the program
+    def _program(self, forward, optimizer):
+        """jit(state, block, num_steps, schedule_arguments) -> (state, metric sums): the first
+        `num_steps` of the block's K batches each run forward + backward + AdamW (the rest are
+        padding); the state is donated. forward(trainable, non_trainable, batch, step) -> (loss,
+        metric sums, new non_trainable values). Metric sums include `loss` and `grad_norm`."""
         import jax
         import jax.numpy as jnp
-        lr_slot = learning_rate_slot(optimizer) if host_learning_rate else None
+        from training.optimization import LinearWarmupLinearDecay
+        lr_slot = learning_rate_slot(optimizer)
 
         def loss_fn(trainable, non_trainable, batch, step):
             loss, metrics, non_trainable = forward(trainable, non_trainable, batch, step)
@@ -278,97 +351,106 @@ class JaxTrainingCore:
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-        @jax.jit
-        def train_step(state, batch, step, learning_rate=None):
-            trainable, non_trainable, optimizer_vars = state
-            if lr_slot is not None:
-                optimizer_vars = list(optimizer_vars)
-                optimizer_vars[lr_slot] = jnp.asarray(
-                    learning_rate, optimizer_vars[lr_slot].dtype).reshape(
-                        optimizer_vars[lr_slot].shape)
-            (_, (metrics, non_trainable)), grads = grad_fn(trainable, non_trainable, batch, step)
+        def one_step(state, batch, schedule_arguments):
+            optimizer_vars = list(state.optimizer)
+            slot = optimizer_vars[lr_slot]
+            rate = LinearWarmupLinearDecay.value_at(state.step, schedule_arguments)
+            optimizer_vars[lr_slot] = jnp.asarray(rate, slot.dtype).reshape(slot.shape)
+            (_, (metrics, non_trainable)), grads = grad_fn(state.trainable, state.non_trainable,
+                                                           batch, state.step)
             metrics["grad_norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in grads))
             trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads,
-                                                                  trainable)
-            return (trainable, non_trainable, optimizer_vars), metrics
+                                                                  state.trainable)
+            return TrainState(trainable, non_trainable, optimizer_vars, state.step + 1), metrics
 
-        if lr_slot is None:
-            return train_step
-        return PrecompilableStep(train_step, log=self.log, host_learning_rate=True)
+        def run(state, block, num_steps, schedule_arguments):
+            if jax.tree_util.tree_leaves(block)[0].shape[0] == 1:
+                return one_step(state, {k: v[0] for k, v in block.items()}, schedule_arguments)
+            first = {k: v[0] for k, v in block.items()}
+            shapes = jax.eval_shape(one_step, state, first, schedule_arguments)[1]
+            zeros = {k: jnp.zeros(v.shape, v.dtype) for k, v in shapes.items()}
 
-    def _fit(self, variables, schedule, make_batches, summarize, describe, train_step,
-             checkpoint_dir=None, export=None, summary_path=None, summary_extra=None,
-             started_at=None, after_save=None, checkpoint_every=None, label=""):
+            def body(index, carry):
+                state, sums = carry
+                batch = {k: jax.lax.dynamic_index_in_dim(v, index, keepdims=False)
+                         for k, v in block.items()}
+                state, metrics = one_step(state, batch, schedule_arguments)
+                return state, {k: sums[k] + metrics[k] for k in sums}
+
+            # A loop of `num_steps` (a traced count): the block's padding is never trained on.
+            return jax.lax.fori_loop(0, num_steps, body, (state, zeros))
+
+        return PrecompilableStep(jax.jit(run, donate_argnums=0), log=self.log)
+
+    # ------------------------------------------------------------------ fit_task's parts
+    def _names(self):
+        return [[f"{group}/{i}/{v.path}" for i, v in enumerate(group_vars)]
+                for group, group_vars in zip(self.GROUPS, self.task_variables())]
+
+    def _flat(self, state):
+        return {n: v for group_names, group in zip(self._names(), state[:3])
+                for n, v in zip(group_names, group)}
+
+    def _restore(self, checkpoint_dir):
+        """(step, examples consumed, checkpoint path) of the newest checkpoint, its values
+        assigned to the variables; (0, 0, None) without one."""
+        if checkpoint_dir is None:
+            return 0, 0, None
+        restored = restore_safetensors_checkpoint(checkpoint_dir,
+                                                  self._flat(self.train_state(copy=False)))
+        if restored is None:
+            return 0, 0, None
+        values, step, examples, last_saved = restored
+        for name, variable in zip(sum(self._names(), []), sum(map(list, self.task_variables()), [])):
+            variable.assign(values[name])
+        self.log(f"resumed from {last_saved} at step {step}")
+        return step, examples, last_saved
+
+    def _train(self, program, state, examples, last_saved, checkpoint_dir, after_save,
+               checkpoint_every, label):
+        """The host loop (training/loop.py) over `program` from `state`: (final state, LoopResult).
+        Blocks come from the task's `host_batches` through a BlockPrefetcher."""
         import jax
-        import jax.numpy as jnp
+        from training.device_input import BlockPrefetcher, block_sharding
         s = self.settings
-        started_at = time.time() if started_at is None else started_at
-        names = [[f"{group}/{i}/{v.path}" for i, v in enumerate(group_vars)]
-                 for group, group_vars in zip(self.GROUPS, variables)]
-        state = tuple([v.value for v in group] for group in variables)
-        step = examples = 0
-        last_saved = None
-        if checkpoint_dir is not None:
-            restored = restore_safetensors_checkpoint(checkpoint_dir, self._flat(names, state))
-            if restored is not None:
-                values, step, examples, last_saved = restored
-                state = tuple([values[n] for n in group_names] for group_names in names)
-                self.log(f"resumed from {last_saved} at step {step}")
-        batches = make_batches(examples // s.batch_size)
-        host_lr = getattr(train_step, "host_learning_rate", False)
-        add = jax.jit(lambda a, b: jax.tree_util.tree_map(jnp.add, a, b))
+        start_step = int(state.step)
+        schedule_arguments = self.schedule.arguments()
+        blocks = BlockPrefetcher(self.task.host_batches(examples // s.batch_size),
+                                 call_sizes(s, start_step), largest_call(s),
+                                 sharding=block_sharding())
+        current = {"state": state}
 
         def run_steps(step):
-            # steps_per_loop steps dispatched back to back, sums kept on the device: one host sync
-            # per call (never past a log or save boundary: training/loop.py).
-            nonlocal state
-            sums = None
-            num = steps_this_call(s, step)
-            for i in range(num):
-                args = (state, next(batches), np.int64(step + i))
-                if host_lr:
-                    args += (host_learning_rate(schedule, step + i),)
-                state, metrics = train_step(*args)
-                sums = metrics if sums is None else add(sums, metrics)
-            return num, {k: np.asarray(v) for k, v in sums.items()}
-
-        start_step, start_examples = step, examples
+            num, block = blocks.next()
+            current["state"], sums = program(current["state"], block, np.int32(num),
+                                             schedule_arguments)
+            return num, jax.device_get(sums)   # the call's one host read
 
         def save(step):
             path = None
             due = (not checkpoint_every or step % checkpoint_every == 0
                    or step == s.total_steps)
             if checkpoint_dir is not None and due:
-                consumed = start_examples + (step - start_step) * s.batch_size
-                path = save_safetensors_checkpoint(checkpoint_dir, self._flat(names, state), step,
-                                                   consumed, s.keep_checkpoints)
+                consumed = examples + (step - start_step) * s.batch_size
+                path = save_safetensors_checkpoint(checkpoint_dir, self._flat(current["state"]),
+                                                   step, consumed, s.keep_checkpoints)
             if after_save is not None:
-                self._assign(variables, state)
+                self._assign(copy_state(current["state"]))
                 after_save(step)
             return path
 
         saving = checkpoint_dir is not None or after_save is not None
-        result = run_loop(s, start_step, run_steps, summarize=summarize, describe=describe,
-                          schedule=schedule, save=save if saving else None,
-                          last_saved=last_saved, log=self.log, label=label)
-        self._assign(variables, state)
-        if export is not None:
-            export()
-        num_params = sum(np.prod(v.shape) for v in variables[0])
-        summary = run_summary(s, result, started_at, num_params, extra={
-            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{len(jax.devices())}",
-            **(summary_extra or {})})
-        if summary_path is not None:
-            write_json_atomic(summary, summary_path)
-        return summary
+        try:
+            result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
+                              describe=self.task.describe, schedule=self.schedule,
+                              save=save if saving else None, last_saved=last_saved,
+                              log=self.log, label=label)
+        finally:
+            blocks.close()
+            state = current["state"]
+        return state, result
 
-    @staticmethod
-    def _assign(variables, state):
-        for group, values in zip(variables, state):
+    def _assign(self, state):
+        for group, values in zip(self.task_variables(), state[:3]):
             for variable, value in zip(group, values):
                 variable.assign(value)
-
-    @staticmethod
-    def _flat(names, state):
-        return {n: v for group_names, group in zip(names, state)
-                for n, v in zip(group_names, group)}

@@ -85,6 +85,23 @@ def steps_this_call(settings, step):
     return min(bounds) - step
 
 
+def call_sizes(settings, step):
+    """The `steps_this_call` of every call from `step` to the end, in order."""
+    while step < settings.total_steps:
+        num = steps_this_call(settings, step)
+        yield num
+        step += num
+
+
+def largest_call(settings):
+    """The most steps one call can run under `settings` whatever the run's length: the JAX core
+    compiles its multi-step program for this many."""
+    bounds = [max(1, settings.steps_per_loop), max(1, settings.log_every)]
+    if settings.save_every:
+        bounds.append(settings.save_every)
+    return min(bounds)
+
+
 # fp16: below this loss scale the skipped steps have stopped being overflow (DeepSpeed's
 # min_loss_scale): the gradients are non-finite even unscaled, and nothing trains any more.
 MIN_LOSS_SCALE = 1.0
@@ -167,7 +184,9 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
                 now = time.time()
                 record = {"step": step, **summarize(window, window_steps)}
                 record.setdefault("loss", float(window["loss"]) / window_steps)
-                record["learning_rate"] = float(np.asarray(schedule(step - 1)))
+                # On the host when the schedule can (no device round trip per log line).
+                lr_at = getattr(schedule, "host_value", schedule)
+                record["learning_rate"] = float(np.asarray(lr_at(step - 1)))
                 record["grad_norm"] = float(window["grad_norm"]) / window_steps
                 record["sequences_per_second"] = window_steps * s.batch_size / max(
                     now - window_start, 1e-9)

@@ -70,6 +70,25 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             lr = lr * np.minimum(f32(1.0), step / f32(self.warmup_steps))
         return f32(lr)
 
+    def arguments(self):
+        """The schedule as data: float32 [peak, end, warm-up, total, power], for `value_at`. A
+        compiled step that takes these as an argument serves any run length and peak (the JAX
+        core computes each step's rate on the device from its step counter)."""
+        return np.array([self.peak_lr, self.end_lr, self.warmup_steps, self.total_steps,
+                         self.power], np.float32)
+
+    @staticmethod
+    def value_at(step, arguments):
+        """`self(step)` from `arguments()` (traced: keras.ops), the same float32 operations as
+        `host_value`; a power of 1 is not raised (pow(x, 1) need not return x exactly)."""
+        peak, end, warmup, total, power = (arguments[i] for i in range(5))
+        step = ops.cast(step, "float32")
+        frac = ops.minimum(step, total) / total
+        base = 1.0 - frac
+        lr = (peak - end) * ops.where(power == 1.0, base, ops.power(base, power)) + end
+        ramp = ops.minimum(1.0, step / ops.maximum(warmup, 1.0))
+        return lr * ops.where(warmup > 0, ramp, 1.0)
+
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,
                 "total_steps": self.total_steps, "power": self.power, "end_lr": self.end_lr}

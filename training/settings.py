@@ -45,14 +45,15 @@ class TrainSettings:
             self.learning_rate, self.warmup(total_steps), total_steps, power=self.lr_decay_power)
 
 
-def build_optimizer(settings, named_variables, total_steps=None, host_learning_rate=False):
+def build_optimizer(settings, named_variables, total_steps=None, learning_rate_variable=False):
     """(optimizer, schedule) of both training cores: ELECTRA's AdamW without bias correction
     (training/optimization.py), the linear warm-up / decay schedule over `total_steps` (default
     `settings.schedule()`'s), weight decay off for LayerNorm / bias (matched on the official
     names of `named_variables`), optional layer-wise LR decay, gradients clipped to global norm
-    `clip_norm`. With `host_learning_rate` the optimizer keeps a float learning rate that the
-    JAX core's step overwrites each step from `schedule` (training/jax_core.py); otherwise the
-    schedule is traced into the optimizer. Not built yet: TensorFlow's core wraps it for loss
+    `clip_norm`. With `learning_rate_variable` the optimizer keeps a float learning rate in a
+    variable that the JAX core's program overwrites each step with `schedule`'s value, computed
+    on the device from its `arguments()` (training/jax_core.py); otherwise the schedule is traced
+    into the optimizer. Not built yet: TensorFlow's core wraps it for loss
     scaling first."""
     from training import optimization
     s = settings
@@ -63,7 +64,7 @@ def build_optimizer(settings, named_variables, total_steps=None, host_learning_r
         multipliers = optimization.layerwise_lr_multipliers(
             list(named_variables), s.num_layers, s.layerwise_lr_decay)
     optimizer = optimization.AdamWeightDecay(
-        float(s.learning_rate) if host_learning_rate else schedule,
+        float(s.learning_rate) if learning_rate_variable else schedule,
         weight_decay_rate=s.weight_decay_rate, clip_norm=s.clip_norm,
         name_map=named_variables, lr_multipliers=multipliers)
     return optimizer, schedule

@@ -152,6 +152,7 @@ def test_jax_run_writes_what_the_tensorflow_run_writes(both_runs, glue_dir):
         assert "GLUE dev (median over trials" in proc.stdout      # the table, several tasks
     (tf_dir, _), (jax_dir, jax_proc) = both_runs["tensorflow"], both_runs["jax"]
     assert "JAX" in jax_proc.stdout   # the JAX trainer's progress lines
+    assert "JAX compilation cache: " in jax_proc.stdout     # training/compile_cache.py
     results = files_under(tf_dir / "results")
     assert results == files_under(jax_dir / "results")
     for task in TASKS:   # trial suffixes and the summary (--num_trials 2)

@@ -58,6 +58,7 @@ def test_trains_exports_and_summarizes(one_device):
     assert all(np.isfinite(h["loss"]) and 0.0 <= h["disc_auc"] <= 1.0 or np.isnan(h["disc_auc"])
                for h in summary["history"])
     assert "step 4/4 (100.0%) | loss" in proc.stdout and "JAX: 1 cpu device(s)" in proc.stdout
+    assert "JAX compilation cache: " in proc.stdout         # training/compile_cache.py
     assert sorted(p.name for p in (model_dir / "jax_checkpoints").iterdir()) == [
         "ckpt-2.safetensors", "ckpt-4.safetensors"]
     hp = json.loads((model_dir / "hparams.json").read_text())
@@ -126,15 +127,24 @@ def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
     assert not (tmp_path / "m").exists()
 
 
-def test_gpu_benchmark_runs_the_cores_step():
+def test_gpu_benchmark_runs_the_cores_program(tmp_path):
     """benchmarks/gpu_pretrain.py (what a lent GPU machine runs) times the JAX training core's
-    step; its CPU smoke mode keeps it from rotting between GPU sessions."""
+    program at each size it is given; its CPU smoke mode keeps it from rotting between GPU
+    sessions."""
     env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-c", NO_TF, "benchmarks/gpu_pretrain.py", "--tiny",
-                           "--steps", "1", "--warmup", "1"], cwd=str(REPO), env=env,
-                          capture_output=True, text=True, timeout=600)
+                           "--model_size=small,base", f"--output={out}"], cwd=str(REPO),
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if " seq/s " in line]
-    assert [line.split()[0] for line in lines] == ["ConvBERT", "ELECTRA"], proc.stdout
-    assert all(np.isfinite(float(line.rsplit("loss", 1)[1])) for line in lines)
-    assert "ConvBERT / ELECTRA throughput:" in proc.stdout
+    lines = [line.split() for line in proc.stdout.splitlines() if " seq/s " in line]
+    assert [line[:2] for line in lines] == [["ConvBERT", "small"], ["ELECTRA", "small"],
+                                            ["ConvBERT", "base"], ["ELECTRA", "base"]]
+    assert all(np.isfinite(float(line[-1])) for line in lines)      # the loss
+    assert "ConvBERT / ELECTRA step time, base:" in proc.stdout
+    results = json.loads(out.read_text())
+    for size in ("small", "base"):
+        rows = results["sizes"][size]["models"]
+        assert rows["ConvBERT"]["sequences_per_second"] > 0 and rows["ELECTRA"]["mfu"] is None
+        assert results["sizes"][size]["convbert_over_electra_step_time"] == pytest.approx(
+            rows["ConvBERT"]["step_ms"] / rows["ELECTRA"]["step_ms"], rel=1e-3)

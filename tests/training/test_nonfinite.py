@@ -216,15 +216,15 @@ def test_squad_finetuning(tmp_path, monkeypatch):
                          train_file=str(squad), predict_file=str(squad), vocab_file=str(vocab))
 
 
-# The driver with KERAS_BACKEND=jax, with the first trainable weight set to NaN in the jitted
-# step's input state just before step NONFINITE_POISON_STEP (test-only; the toolkit has no hook).
+# The driver with KERAS_BACKEND=jax, with the first trainable weight set to NaN in the compiled
+# program's input state just before step NONFINITE_POISON_STEP (test-only; the toolkit has no hook).
 # At that moment the checkpoint directory's files are hashed into NONFINITE_SNAPSHOT.
 JAX_DRIVER = """
 import hashlib, json, os, runpy, sys
 k = int(os.environ["NONFINITE_POISON_STEP"])
 import numpy as np
 from training import jax_core
-original = jax_core.JaxTrainingCore._step
+original = jax_core.JaxTrainingCore._program
 
 
 def snapshot(directory):
@@ -238,16 +238,17 @@ def snapshot(directory):
 def make_step(self, *args):
     step_fn = original(self, *args)
 
-    def poisoned(state, batch, step, *rest):
-        if int(step) == k - 1:
+    def poisoned(state, block, num_steps, *rest):
+        if int(state.step) == k - 1:
             with open(os.environ["NONFINITE_SNAPSHOT"], "w") as f:
                 json.dump(snapshot(os.environ["NONFINITE_CHECKPOINTS"]), f)
-            state = ([state[0][0] * np.nan, *state[0][1:]], *state[1:])
-        return step_fn(state, batch, step, *rest)
+            state = state._replace(trainable=[state.trainable[0] * np.nan,
+                                              *state.trainable[1:]])
+        return step_fn(state, block, num_steps, *rest)
     return poisoned
 
 
-jax_core.JaxTrainingCore._step = make_step
+jax_core.JaxTrainingCore._program = make_step
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """

@@ -1,0 +1,120 @@
+"""The JAX core's input on the device ahead of time: blocks of K batches, stacked and uploaded by a
+background thread while the current block trains.
+
+    blocks = BlockPrefetcher(task.host_batches(skip), sizes, capacity=K)
+    num, block = blocks.next()     # block: {name: [K, B, ...] device array}; num <= K real steps
+    blocks.close()
+
+`sizes` is the number of steps of each compiled call, in order (training/loop.py
+`steps_this_call`), so the thread takes exactly the batches the run consumes: a checkpoint's
+example count stays the steps times the batch, and exact resume holds. A call of fewer than K
+steps gets a block padded with zeros to K (one compiled program serves every call; the padded
+steps are skipped on the device, training/jax_core.py). Any iterator of dicts of NumPy arrays
+serves: the TF-free TFRecord reader (data/tfrecord_io.py) and the bundle's arrays
+(data/pretraining_arrays.py) alike. An error in the reader (a bad record) is raised by `next`.
+
+The blocks go to the device with the batch axis (axis 1) split over the devices when a Keras
+`DataParallel` distribution is set, else to the default device. int64 arrays (`example_id`)
+become int32 unless JAX runs with x64, as jit would convert them.
+"""
+import queue
+import threading
+
+import numpy as np
+
+_DONE = object()
+
+
+def stack_block(batches, capacity):
+    """[batch dicts] -> {name: [capacity, B, ...]} (zeros after the last batch)."""
+    block = {}
+    for name in batches[0]:
+        first = np.asarray(batches[0][name])
+        out = np.zeros((capacity,) + first.shape, first.dtype)
+        for i, batch in enumerate(batches):
+            out[i] = batch[name]
+        block[name] = out
+    return block
+
+
+def block_sharding():
+    """Where a block goes: split along its batch axis over a DataParallel's devices, else None
+    (the default device)."""
+    import keras
+    distribution = keras.distribution.distribution()
+    if isinstance(distribution, keras.distribution.DataParallel):
+        from jax.sharding import NamedSharding, PartitionSpec
+        mesh = distribution.device_mesh
+        return NamedSharding(mesh.backend_mesh, PartitionSpec(None, mesh.axis_names[0]))
+    return None
+
+
+def to_device(block, sharding=None):
+    """A stacked block as device arrays (int64 -> int32 without x64), without waiting for the
+    copy to finish."""
+    import jax
+    if not jax.config.jax_enable_x64:
+        block = {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in block.items()}
+    return jax.device_put(block, sharding) if sharding is not None else jax.device_put(block)
+
+
+class BlockPrefetcher:
+    """Blocks of `sizes[i]` batches of `batches`, padded to `capacity`, on the device `depth`
+    blocks ahead (see the module doc). Close it (or use it as a context manager) to stop the
+    thread."""
+
+    def __init__(self, batches, sizes, capacity, depth=2, sharding=None):
+        self.capacity = int(capacity)
+        self._queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(batches, sizes, sharding),
+                                        name="block-prefetcher", daemon=True)
+        self._thread.start()
+
+    def _put(self, item):
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self, batches, sizes, sharding):
+        try:
+            for num in sizes:
+                if self._stop.is_set():
+                    return
+                if not 0 < num <= self.capacity:
+                    raise ValueError(f"a block of {num} steps does not fit {self.capacity}")
+                try:
+                    taken = [next(batches) for _ in range(num)]
+                except StopIteration:
+                    raise RuntimeError("the training input ended before the run's last "
+                                       "step") from None
+                block = to_device(stack_block(taken, self.capacity), sharding)
+                if not self._put((num, block)):
+                    return
+            self._put(_DONE)
+        except BaseException as e:   # handed to the consumer: `next` raises it
+            self._put(e)
+
+    def next(self):
+        """(number of real steps, block) of the next call; raises the reader's error."""
+        item = self._queue.get()
+        if item is _DONE:
+            raise StopIteration("no more blocks planned")
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
