@@ -11,6 +11,7 @@ JAX's own `$JAX_COMPILATION_CACHE_DIR` (the test suite sets it: scripts/test_env
 turn the cache off. Pure Python: JAX is imported only when the cache is switched, TensorFlow
 never.
 """
+import logging
 import os
 
 ENV = "CONVBERT_JAX_CACHE_DIR"
@@ -120,7 +121,14 @@ def enable_compile_cache(path=None, log=print, environ=None):
             jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
     # A cache JAX opened already (a forked process, an earlier call) is opened again at the new
     # directory on the next compile.
-    compilation_cache.reset_cache()
+    # (quietly: its INFO line would reach the console of a driver that logs at INFO)
+    logger = logging.getLogger(compilation_cache.reset_cache.__module__)
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        compilation_cache.reset_cache()
+    finally:
+        logger.setLevel(level)
     _applied = (directory,)
     if directory is None:
         if not problem:

@@ -13,9 +13,10 @@ steps are skipped on the device, training/jax_core.py). Any iterator of dicts of
 serves: the TF-free TFRecord reader (data/tfrecord_io.py) and the bundle's arrays
 (data/pretraining_arrays.py) alike. An error in the reader (a bad record) is raised by `next`.
 
-The blocks go to the device with the batch axis (axis 1) split over the devices when a Keras
-`DataParallel` distribution is set, else to the default device. int64 arrays (`example_id`)
-become int32 unless JAX runs with x64, as jit would convert them.
+A batch is any pytree of arrays (a dict of features; the language model's one array of token
+blocks). The blocks go to the device with the batch axis (axis 1) split over the devices when a
+Keras `DataParallel` distribution is set, else to the default device. int64 arrays
+(`example_id`) become int32 unless JAX runs with x64, as jit would convert them.
 """
 import queue
 import threading
@@ -26,15 +27,18 @@ _DONE = object()
 
 
 def stack_block(batches, capacity):
-    """[batch dicts] -> {name: [capacity, B, ...]} (zeros after the last batch)."""
-    block = {}
-    for name in batches[0]:
-        first = np.asarray(batches[0][name])
+    """[batches] -> the same structure (a dict of arrays, or one array: any pytree) with
+    [capacity, B, ...] leaves, zeros after the last batch."""
+    import jax
+
+    def stack(*leaves):
+        first = np.asarray(leaves[0])
         out = np.zeros((capacity,) + first.shape, first.dtype)
-        for i, batch in enumerate(batches):
-            out[i] = batch[name]
-        block[name] = out
-    return block
+        for i, leaf in enumerate(leaves):
+            out[i] = leaf
+        return out
+
+    return jax.tree_util.tree_map(stack, *batches)
 
 
 def block_sharding():
@@ -54,7 +58,8 @@ def to_device(block, sharding=None):
     copy to finish."""
     import jax
     if not jax.config.jax_enable_x64:
-        block = {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in block.items()}
+        block = jax.tree_util.tree_map(
+            lambda v: v.astype(np.int32) if v.dtype == np.int64 else v, block)
     return jax.device_put(block, sharding) if sharding is not None else jax.device_put(block)
 
 

@@ -114,18 +114,23 @@ def learning_rate_slot(optimizer):
 
 class PrecompilableStep:
     """A jitted function that can be compiled ahead of its first call (`precompile`: several at
-    once, in parallel) and then runs the compiled executable. Arguments that do not match what
-    was compiled (another batch shape, another number of steps per call) fall back to the jitted
+    once, in parallel, possibly in the background) and then runs the compiled executable; a call
+    while its compile is still under way waits for it. Arguments that do not match what was
+    compiled (another batch shape, another number of steps per call) fall back to the jitted
     function, which compiles them as usual."""
 
     def __init__(self, jitted, log=print):
         self.jitted, self.log = jitted, log
         self.compiled = None
+        self.pending = None      # a Future of the compile `precompile` started
 
     def lower(self, *args):
         return self.jitted.lower(*args)
 
     def __call__(self, *args):
+        if self.pending is not None:
+            self.pending.result()        # raises the compile's error, if any
+            self.pending = None
         if self.compiled is not None:
             try:
                 return self.compiled(*args)
@@ -135,30 +140,36 @@ class PrecompilableStep:
         return self.jitted(*args)
 
 
-def precompile(jobs, log=print, workers=None):
+def precompile(jobs, log=print, workers=None, wait=True):
     """Compile `[(name, PrecompilableStep, example args)]` ahead of time: traced and lowered one
-    after another (Python), compiled in parallel threads (XLA compiles without the GIL), so a run
-    with many steps to compile (two pre-training objectives, four fine-tuning heads and their
-    predict steps) waits for the slowest compile rather than for their sum. Returns
-    {name: seconds from the start until that step was compiled}."""
+    after another (Python), each handed to a pool of compile threads as soon as it is lowered
+    (XLA compiles without the GIL), so a run with many programs (two pre-training objectives,
+    held-out scoring, fine-tuning heads and their predict steps) waits for about the slowest
+    compile rather than for their sum, and the first jobs are ready first. With `wait=False` it
+    returns once everything is lowered and the compiles go on in the background: a step called
+    before its compile ended waits for it. Returns {name: seconds from the start until that
+    step was compiled}, filled in as the compiles end."""
     from concurrent.futures import ThreadPoolExecutor
     start = time.time()
-    lowered = []
-    for name, step, args in jobs:
-        lowered.append((name, step, step.lower(*args)))
-    log(f"precompile: {len(lowered)} steps traced and lowered in {time.time() - start:.1f}s")
     done = {}
 
-    def compile_one(item):
-        name, step, low = item
+    def compile_one(name, step, low):
         step.compiled = low.compile()
         done[name] = round(time.time() - start, 1)
 
     workers = workers or min(8, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max(1, min(workers, len(lowered)))) as pool:
-        list(pool.map(compile_one, lowered))
-    log(f"precompile: all compiled in {time.time() - start:.1f}s ("
-        + ", ".join(f"{k} {v:.0f}s" for k, v in done.items()) + ")")
+    pool = ThreadPoolExecutor(max(1, min(workers, len(jobs))))
+    futures = []
+    for name, step, args in jobs:
+        step.pending = pool.submit(compile_one, name, step, step.lower(*args))
+        futures.append(step.pending)
+    log(f"precompile: {len(jobs)} programs traced and lowered in {time.time() - start:.1f}s")
+    pool.shutdown(wait=wait)
+    if wait:
+        for future in futures:
+            future.result()
+        log(f"precompile: all compiled in {time.time() - start:.1f}s ("
+            + ", ".join(f"{k} {v:.0f}s" for k, v in done.items()) + ")")
     return done
 
 
@@ -364,16 +375,16 @@ class JaxTrainingCore:
             return TrainState(trainable, non_trainable, optimizer_vars, state.step + 1), metrics
 
         def run(state, block, num_steps, schedule_arguments):
+            first = jax.tree_util.tree_map(lambda v: v[0], block)
             if jax.tree_util.tree_leaves(block)[0].shape[0] == 1:
-                return one_step(state, {k: v[0] for k, v in block.items()}, schedule_arguments)
-            first = {k: v[0] for k, v in block.items()}
+                return one_step(state, first, schedule_arguments)
             shapes = jax.eval_shape(one_step, state, first, schedule_arguments)[1]
             zeros = {k: jnp.zeros(v.shape, v.dtype) for k, v in shapes.items()}
 
             def body(index, carry):
                 state, sums = carry
-                batch = {k: jax.lax.dynamic_index_in_dim(v, index, keepdims=False)
-                         for k, v in block.items()}
+                batch = jax.tree_util.tree_map(
+                    lambda v: jax.lax.dynamic_index_in_dim(v, index, keepdims=False), block)
                 state, metrics = one_step(state, batch, schedule_arguments)
                 return state, {k: sums[k] + metrics[k] for k in sums}
 
