@@ -6,15 +6,22 @@ its CRC) around `tf.train.Example` protos whose three features (input_ids, input
 segment_ids) are int64 lists. This module reads exactly that, with numpy and a few lines of
 protobuf wire-format decoding, and batches it the way `data/pretraining_input.py` does for
 tf.data: files in a seeded random order, a seeded shuffle buffer, endless repetition, fixed-size
-batches (no remainder), `skip_batches` for exact resume.
+batches (no remainder), `skip_batches` for exact resume. The order is decided in the calling
+process alone; the decoding of each batch's records into arrays can be handed to worker
+processes (`workers=N`), which changes nothing in the stream but its speed.
 
 It is checked against `tf.data` + `tf.io.parse_example` on the same shards in
 tests/data/test_tfrecord_io.py. CRCs are not verified (a truncated or garbled record still fails
 loudly: its length or its protobuf does not parse).
 """
+import collections
 import itertools
+import json
+import os
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 
@@ -208,15 +215,52 @@ def read_examples(path, max_seq_length):
     return _decode(records, [(0, i) for i in range(len(records))], [path], max_seq_length)
 
 
+def default_workers():
+    """The decode workers `pretraining_batches` uses by default: none beside the reader itself
+    (1) on a machine of one or two usable cores, else min(4, cores - 1), a core left to the reader
+    and the training loop."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else min(4, cores - 1)
+
+
 def pretraining_batches(files, batch_size, max_seq_length, seed=0, shuffle_buffer=10000,
-                        skip_batches=0):
+                        skip_batches=0, workers=None):
     """Endless global batches {input_ids, input_mask, segment_ids: int32 [B, T], example_id:
     int64 [B]} (example_id = the example's position in this stream: the masking / sampling
     RNG key, as in pretrain/task.py). Deterministic in `seed`; `skip_batches` resumes.
 
     The shuffle buffer holds the records still serialized and only a batch that is handed out is
     decoded, so the batches skipped on resume cost a file read and a few RNG draws each, not a
-    protobuf decode per example."""
+    protobuf decode per example.
+
+    `workers` (None: `default_workers()`): with 1, this process decodes each batch as it hands it
+    out; with more, that many worker processes decode the batches ahead (two each at most), while
+    this process still reads the files and draws every batch's records from the shuffle buffer.
+    The stream is the same for any `workers`: the same batches in the same order, the same
+    `example_id`s, the same DataError at the same batch. The workers start at the first batch
+    asked for and end when the stream does (an error, `close()`, or the generator collected)."""
+    workers = default_workers() if workers is None else workers
+    if not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers={workers!r}: expected an integer >= 1")
+    plan = _batch_records(files, batch_size, shuffle_buffer, seed, skip_batches)
+    if workers == 1:
+        decoded = (_decode(records, where, files, max_seq_length) for records, where in plan)
+    else:
+        decoded = _decoded_by_workers(plan, files, max_seq_length, int(workers))
+    try:
+        for index, batch in enumerate(decoded, start=skip_batches):
+            yield _with_ids(batch, index, batch_size)
+    finally:
+        decoded.close()                 # its workers end now, not whenever it is collected
+
+
+def _batch_records(files, batch_size, shuffle_buffer, seed, skip_batches):
+    """(serialized records, their (file index, record index)) of each batch from `skip_batches`
+    on, endlessly: the order of the stream, decided here alone (files in a seeded order, a seeded
+    shuffle buffer), whoever decodes the records."""
     rng = np.random.default_rng(seed)
     buffer = np.empty(0, object)            # serialized records
     where = np.zeros((0, 2), np.int64)      # (file index, record index) of each, for errors
@@ -235,12 +279,210 @@ def pretraining_batches(files, batch_size, max_seq_length, seed=0, shuffle_buffe
                 keep = np.ones(len(buffer), bool)
                 keep[picks] = False
                 if produced >= skip_batches:
-                    batch = _decode(buffer[picks], where[picks], files, max_seq_length)
-                    yield _with_ids(batch, produced, batch_size)
+                    yield buffer[picks], where[picks]
                 buffer, where = buffer[keep], where[keep]
                 produced += 1
         if produced == 0 and len(buffer) == 0:
             raise DataError(f"no examples in {', '.join(files[:3])}")
+
+
+# ---------------------------------------------------------------------- decode workers
+# Worker processes are fresh interpreters (subprocess, `python -c`), not multiprocessing: no fork
+# of a process that JAX or TensorFlow made multithreaded, no re-import of the caller's __main__
+# script in each worker (multiprocessing's spawn does that), and no pickle: a job and its result
+# cross the pipes as raw bytes (a header of two int64s, then the payload).
+_JOB, _OK, _DATA_ERROR, _OTHER_ERROR = 0, 1, 2, 3
+_HEADER = struct.Struct("<qq")          # (kind, payload length)
+_DEPTH = 2                              # batches in flight per worker
+
+
+def _decoded_by_workers(plan, files, max_seq_length, workers):
+    """The decoded batches of `plan`, in order, decoded by `workers` worker processes: batch k by
+    worker k % workers, at most `_DEPTH` batches ahead per worker. An error of the plan itself
+    (a file that does not read) is raised where the one-process stream raises it: after the
+    batches before it."""
+    pool = _WorkerPool(files, max_seq_length, workers)
+    in_flight = collections.deque()     # the worker of each batch sent, in stream order
+    sent, failure = 0, None
+    try:
+        while True:
+            while failure is None and len(in_flight) < workers * _DEPTH:
+                try:
+                    records, where = next(plan)
+                except Exception as error:      # raised once the batches before it are out
+                    failure = error
+                    break
+                pool.send(sent % workers, records, where)
+                in_flight.append(sent % workers)
+                sent += 1
+            if not in_flight:
+                raise failure
+            yield pool.receive(in_flight.popleft())
+    finally:
+        pool.close()
+        plan.close()
+
+
+class _WorkerPool:
+    """`workers` decode processes (`_serve`), each fed jobs through its stdin and answering in
+    the same order on its stdout."""
+
+    def __init__(self, files, max_seq_length, workers):
+        self.max_seq_length = max_seq_length
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        setup = json.dumps({"files": [str(f) for f in files],
+                            "max_seq_length": max_seq_length}).encode()
+        self.procs = []
+        try:
+            for _ in range(workers):
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", "from data.tfrecord_io import _serve; _serve()"],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                self.procs.append(proc)
+                _write_frame(proc.stdin, _JOB, setup)
+        except BaseException:
+            self.close()
+            raise
+
+    def send(self, worker, records, where):
+        """Hands worker `worker` one batch to decode: its records and their (file, record)."""
+        records = list(records)
+        lengths = np.fromiter(map(len, records), np.int64, len(records))
+        payload = b"".join([struct.pack("<q", len(records)), lengths.tobytes(),
+                            np.ascontiguousarray(where, np.int64).tobytes()] + records)
+        try:
+            _write_frame(self.procs[worker].stdin, _JOB, payload)
+        except (BrokenPipeError, OSError):
+            pass                        # it ended: receive() says how
+
+    def receive(self, worker):
+        """The next decoded batch of worker `worker`, or its error raised here: the DataError it
+        met (the same line as in one process), else a RuntimeError."""
+        proc = self.procs[worker]
+        kind, payload = _read_frame(proc.stdout)
+        if kind == _OK:
+            values = np.frombuffer(payload, np.int32).reshape(len(FEATURES), -1,
+                                                              self.max_seq_length)
+            return dict(zip(FEATURES, values))
+        if kind == _DATA_ERROR:
+            raise DataError(payload.decode())
+        if kind == _OTHER_ERROR:
+            raise RuntimeError(f"a TFRecord decode worker failed: {payload.decode()}")
+        status = proc.poll()
+        raise RuntimeError(f"a TFRecord decode worker (pid {proc.pid}) ended unexpectedly"
+                           + (f" (exit status {status})" if status is not None else ""))
+
+    def close(self):
+        """Ends every worker and waits for it: its stdin closed (it stops at the end of its
+        jobs), its stdout closed (an answer it is writing fails), killed if still there."""
+        for proc in self.procs:
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs = []
+
+
+def _write_frame(stream, kind, payload):
+    stream.write(_HEADER.pack(kind, len(payload)))
+    stream.write(payload)
+    stream.flush()
+
+
+def _read_frame(stream):
+    """(kind, payload) of the next frame, or (None, b"") where the stream ended. The payload is
+    a bytearray: the arrays made on it are writable, as those decoded in this process are."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        return None, b""
+    kind, length = _HEADER.unpack(header)
+    payload = bytearray(length)
+    view, done = memoryview(payload), 0
+    while done < length:
+        count = stream.readinto(view[done:])
+        if not count:
+            return None, b""
+        done += count
+    return kind, payload
+
+
+def _serve():
+    """A decode worker's loop: the setup frame (files, max_seq_length), then per job frame the
+    decoded batch [3, n, T] int32, or the error's message. Ends at the end of its stdin, or when
+    its answers can no longer be written. Three threads: one reads the jobs as they come, so the
+    reader process never waits to hand one over; the main thread decodes; one writes the
+    answers, so the next decode never waits for the reader process to take the last answer."""
+    import queue
+    import signal
+    import threading
+    # The reader's process owns the workers: an interrupt meant for it (Ctrl-C reaches the whole
+    # process group) or its SIGTERM checkpoint-and-stop must not end them first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    jobs, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    sys.stdout = sys.stderr             # a stray print must not enter the answers
+    _, setup = _read_frame(jobs)
+    if not setup:
+        os._exit(0)
+    setup = json.loads(setup)
+    files, max_seq_length = setup["files"], setup["max_seq_length"]
+    inbox, outbox = queue.Queue(), queue.Queue()    # bounded by the reader's _DEPTH
+
+    def read_jobs():
+        while True:
+            kind, payload = _read_frame(jobs)
+            if kind != _JOB:
+                inbox.put(None)
+                return
+            inbox.put(payload)
+
+    def write_answers():
+        try:
+            while True:
+                answer = outbox.get()
+                if answer is None:
+                    break
+                _write_frame(answers, *answer)
+        except OSError:                 # the reader closed the pipe: it needs no more answers
+            pass
+        os._exit(0)                     # here, without flushing pipes that are gone
+
+    threading.Thread(target=read_jobs, daemon=True).start()
+    threading.Thread(target=write_answers, daemon=True).start()
+    while True:
+        payload = inbox.get()
+        if payload is None:
+            break
+        outbox.put(_decode_job(payload, files, max_seq_length))
+    outbox.put(None)
+    threading.Event().wait()            # the writer ends the process
+
+
+def _decode_job(payload, files, max_seq_length):
+    """(kind, payload) of the answer to one job frame."""
+    payload = bytes(payload)            # records as bytes, as the reader holds them
+    (n,) = struct.unpack_from("<q", payload)
+    lengths = np.frombuffer(payload, np.int64, n, 8)
+    where = np.frombuffer(payload, np.int64, 2 * n, 8 + 8 * n).reshape(n, 2)
+    ends = np.cumsum(lengths) + 8 + 24 * n
+    records = [payload[end - length:end] for end, length in zip(ends.tolist(), lengths.tolist())]
+    try:
+        batch = _decode(records, where, files, max_seq_length)
+    except DataError as error:
+        return _DATA_ERROR, str(error).encode()
+    except Exception as error:          # a bug, reported rather than a silent dead worker
+        return _OTHER_ERROR, f"{type(error).__name__}: {error}".encode()
+    return _OK, b"".join(batch[name].tobytes() for name in FEATURES)
 
 
 def _packed_payloads(record):

@@ -103,6 +103,11 @@ class BlockPrefetcher:
             self._put(_DONE)
         except BaseException as e:   # handed to the consumer: `next` raises it
             self._put(e)
+        finally:
+            # A generator's readers (data/tfrecord_io.py's decode workers) end with it.
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     def next(self):
         """(number of real steps, block) of the next call; raises the reader's error."""

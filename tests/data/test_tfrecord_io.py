@@ -1,5 +1,7 @@
 """data/tfrecord_io.py (the TensorFlow-free reader of the JAX path) against tf.data on the same
 shards: the same examples, and batches with the shape, ids and determinism the trainer needs."""
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,128 @@ def test_fields_a_parser_must_skip_are_skipped():
     extra = field(2, b"x") + field(1, field(2, b"y") + bytes(features))
     out = _decode([plain, extra], [(0, 0), (0, 1)], ["f"], 4)
     np.testing.assert_array_equal(out["input_ids"], [ids, ids])
+
+
+# ------------------------------------------------------------------ decode workers (workers=N)
+@pytest.fixture
+def worker_procs(monkeypatch):
+    """The worker processes started while the test runs (real subprocesses, not forks of the
+    test suite's zygote, whose start would import TensorFlow)."""
+    import subprocess
+    monkeypatch.setenv("CONVBERT_TEST_ZYGOTE", "0")
+    started, popen = [], subprocess.Popen
+
+    def spy(*args, **kwargs):
+        proc = popen(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    return started
+
+
+def _take(stream, n):
+    """The first `n` batches of a stream, then closed; or (batches before it, the error)."""
+    batches = []
+    try:
+        for _ in range(n):
+            batches.append(next(stream))
+    except Exception as error:          # noqa: BLE001 (compared below)
+        return batches, error
+    finally:
+        stream.close()
+    return batches, None
+
+
+def _assert_same_stream(got, expected):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert sorted(a) == sorted(b)
+        for key in b:
+            assert a[key].dtype == b[key].dtype and a[key].flags.writeable == b[key].flags.writeable
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_workers_give_the_one_process_stream(tiny_data, worker_procs):  # noqa: F811
+    """workers=2 and 3 hand out exactly the workers=1 batches, past the end of an epoch (2 x
+    1,029 examples here), for several seeds and on resume; the workers are gone after close()."""
+    import threading
+    threads = threading.active_count()
+    files = find_shards(tiny_data[0])
+    for seed, skip, batch, counts in ((0, 0, 48, (2,)), (5, 0, 48, (3,)), (3, 7, 40, (2, 3))):
+        def stream(workers):
+            return pretraining_batches(files, batch, SEQ, seed=seed, shuffle_buffer=100,
+                                       skip_batches=skip, workers=workers)
+        expected, error = _take(stream(1), 50)
+        assert error is None and expected[0]["example_id"][0] == skip * batch
+        for workers in counts:
+            got, error = _take(stream(workers), 50)
+            assert error is None
+            _assert_same_stream(got, expected)
+    assert len(worker_procs) == 2 + 3 + 2 + 3
+    assert all(proc.poll() is not None for proc in worker_procs)
+    assert threading.active_count() == threads
+
+
+def _write_tfrecord(path, records):
+    """TFRecord framing around `records` (CRCs zero: the reader does not check them)."""
+    import struct
+    with open(path, "wb") as f:
+        for record in records:
+            f.write(struct.pack("<Q", len(record)) + bytes(4) + record + bytes(4))
+
+
+def test_worker_errors_are_the_one_process_errors(tmp_path, tiny_data, worker_procs):  # noqa: F811
+    """A record that does not decode (in a worker) and a file that does not read (in the reader,
+    ahead of the batches in flight) end the stream at the same batch with the same one-line
+    DataError as in one process, and leave no worker behind."""
+    good = list(iter_records(find_shards(tiny_data[0])[0]))
+    bad_record = _example({"input_ids": ([1, 2], True), "input_mask": ([1, 1], True),
+                           "segment_ids": ([0, 0], True)})
+    _write_tfrecord(tmp_path / "a", good[:300] + [bad_record] + good[300:600])
+    _write_tfrecord(tmp_path / "b", good[600:])
+    data = (tmp_path / "b").read_bytes()
+    (tmp_path / "c").write_bytes(data[:len(data) - 100])                 # truncated
+    for files, message, counts in (
+            ([tmp_path / "a", tmp_path / "b"], r"a: record 300 has 2 input_ids", (2, 3)),
+            ([tmp_path / "b", tmp_path / "c"], r"c: truncated TFRecord", (3,))):
+        files = [str(f) for f in files]
+        expected, expected_error = _take(pretraining_batches(
+            files, 16, SEQ, seed=1, shuffle_buffer=400, workers=1), 200)
+        assert isinstance(expected_error, DataError)
+        assert re.search(message, str(expected_error)) and len(expected) > 0
+        for workers in counts:
+            got, error = _take(pretraining_batches(files, 16, SEQ, seed=1, shuffle_buffer=400,
+                                                   workers=workers), 200)
+            assert type(error) is DataError and str(error) == str(expected_error)
+            _assert_same_stream(got, expected)
+    assert all(proc.poll() is not None for proc in worker_procs)
+
+
+def test_workers_end_with_the_stream(tiny_data, worker_procs):  # noqa: F811
+    """A stream left early (closed, or dropped and collected) ends its workers, also those with
+    answers not yet taken; a worker that dies is a RuntimeError, not a hang; a stream never
+    started starts none."""
+    import gc
+    files = find_shards(tiny_data[0])
+    never = pretraining_batches(files, 8, SEQ, workers=2)
+    del never
+    assert worker_procs == []
+    stream = pretraining_batches(files, 64, SEQ, shuffle_buffer=100, workers=3)
+    next(stream)
+    stream.close()
+    assert len(worker_procs) == 3 and all(p.poll() is not None for p in worker_procs)
+    stream = pretraining_batches(files, 64, SEQ, shuffle_buffer=100, workers=2)
+    next(stream)
+    del stream
+    gc.collect()
+    assert len(worker_procs) == 5 and all(p.poll() is not None for p in worker_procs)
+    stream = pretraining_batches(files, 8, SEQ, shuffle_buffer=100, workers=2)
+    next(stream)
+    worker_procs[-1].kill()
+    with pytest.raises(RuntimeError, match="decode worker .* ended unexpectedly"):
+        for _ in range(100):
+            next(stream)
+    assert all(p.poll() is not None for p in worker_procs)
+    with pytest.raises(ValueError, match="workers=0"):
+        next(pretraining_batches(files, 8, SEQ, workers=0))
