@@ -1,5 +1,5 @@
 """Does fine-tuning learn on this machine? A randomly initialised ConvBERT-small fine-tuned on GLUE
-tasks with the gpu_budget recipe's fine-tuning (reproduce/gpu_budget.py: JAX, official settings,
+tasks with the gpu_budget recipe's fine-tuning (reproduce/gpu_recipe.py: JAX, official settings,
 SST-2 at 1 epoch, every run shortened to `--fraction` of its official steps as that run's plan
 does), from the bundle's features. The random-init row of the GPU run on its own, in about a
 minute and a half on an H100: the check that told the first H100 run's all-majority GLUE rows
@@ -49,7 +49,9 @@ def main(argv=None):
     from finetune.glue_task import to_predictions
     from finetune.jax_trainer import Finetuners, random_encoder_weights
     from model import ConvBertConfig
-    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, GpuRun, Log
+    from reproduce.gpu_budget import Log
+    from reproduce.gpu_recipe import GPU_BUDGET, SMOKE, finetune_hparams
+    from reproduce.gpu_stages import load_features, read_bundle
     tasks = args.tasks.split(",")
     base = SMOKE if args.smoke else GPU_BUDGET
     finetune = dict(base.finetune, precision=args.precision)
@@ -58,23 +60,20 @@ def main(argv=None):
     recipe = dataclasses.replace(base, finetune=finetune)
     log = Log()
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
-    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_random_finetune")
-    run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=tasks)
-    run.results["plan"] = {"finetune_step_fraction": args.fraction}
-    features = run.load_features()
+    bundle = read_bundle(args.bundle_dir)
+    features = load_features(args.bundle_dir, bundle, recipe, tasks)
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if args.precision == "bf16" else "float32")
-    config = ConvBertConfig.from_size("small", vocab_size=run.bundle["vocab_size"],
+    config = ConvBertConfig.from_size("small", vocab_size=bundle["vocab_size"],
                                       **finetune.get("model_hparam_overrides", {}))
     weights = random_encoder_weights(config, args.seed)
     finetuners = Finetuners(log=log)
     out = {"precision": args.precision, "fraction": args.fraction, "seed": args.seed,
            "tasks": {}}
     for task in tasks:
-        train, dev, _ = features[task]
-        if recipe.max_eval_examples:
-            dev = {k: v[:recipe.max_eval_examples] for k, v in dev.items()}
-        hp = run.finetune_hparams(task, len(train["input_ids"]))
+        train, dev, _ = features[task]       # dev cut to the recipe's max_eval_examples
+        hp = finetune_hparams(recipe, task, fraction=args.fraction,
+                              num_train_examples=len(train["input_ids"]))
         finetuner = finetuners.get(config, task, hp)
         finetuner.start(weights, args.seed)
         start = time.time()

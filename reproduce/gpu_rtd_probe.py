@@ -116,7 +116,9 @@ def main(argv=None):
     from pretrain import heldout_eval
     from pretrain.hparams import train_settings
     from pretrain.jax_trainer import pretraining_core
-    from reproduce.gpu_budget import GPU_BUDGET, SMOKE, ArrayPretrainingTask, GpuRun, Log
+    from reproduce.gpu_budget import Log
+    from reproduce.gpu_recipe import GPU_BUDGET, SMOKE, pretrain_hparams
+    from reproduce.gpu_stages import ArrayPretrainingTask, read_bundle
     variants = args.variants.split(",")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
@@ -128,16 +130,14 @@ def main(argv=None):
         "mixed_bfloat16" if args.precision == "bf16" else "float32")
     log = Log()
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
-    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "gpu_rtd_probe")
-    run = GpuRun(recipe, args.bundle_dir, os.path.join(work, "out"), work, 1e9, log, tasks=[])
-    b = run.bundle
+    b = read_bundle(args.bundle_dir)
     train = load_arrays(os.path.join(args.bundle_dir, b["pretrain_file"]))
     held = load_arrays(os.path.join(args.bundle_dir, b["heldout_file"]))
     heldout = heldout_eval.masked_heldout(
         {k: v[:args.heldout_examples] for k, v in held.items()}, **b["special_ids"])
 
     started = time.time()
-    hp = run.pretrain_hparams(args.model, args.schedule_steps)
+    hp = pretrain_hparams(recipe, b, args.model, args.schedule_steps)
     task, core = pretraining_core(
         hp, [], hp.vocab_size, b["special_ids"], log=log,
         task=ArrayPretrainingTask(hp, [], hp.vocab_size, b["special_ids"]))

@@ -53,6 +53,7 @@ def pretraining_record(model_dir):
     s = read_json(path)
     return {"global_step": s["global_step"], "trainable_parameters": s["trainable_parameters"],
             "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
+            "first_step_seconds": s.get("first_step_seconds"),
             "final_window": s["final"], "history": s["history"],
             "heldout": _read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
 
@@ -294,18 +295,27 @@ def write_text(path, text):
     fileio.write_text_atomic(path, text)
 
 
+def write_outputs(data, directory, head=""):
+    """A run's report files in `directory`: results.json (`data`), results.md (`head`, then the
+    GLUE table and the pre-training table), pretraining_curves.png when there is pre-training and
+    glue_scores.png when there are GLUE results. {kind: path} of those written."""
+    paths = {"md": os.path.join(directory, "results.md"),
+             "json": os.path.join(directory, "results.json")}
+    write_text(paths["json"], json.dumps(data, indent=2) + "\n")
+    write_text(paths["md"], head + markdown(data))
+    if data["pretraining"]:
+        paths["curves"] = os.path.join(directory, "pretraining_curves.png")
+        plot_pretraining(data, paths["curves"])
+    if any(data["glue"].values()):
+        paths["glue"] = os.path.join(directory, "glue_scores.png")
+        plot_glue(data, paths["glue"])
+    return paths
+
+
 def write_report(repro):
     """results.md, results.json and the PNGs under the reproduction's output directory."""
     data = collect(repro)
-    paths = {"md": repro.path("results.md"), "json": repro.path("results.json"),
-             "curves": repro.path("pretraining_curves.png"), "glue": repro.path("glue_scores.png")}
-    write_text(paths["json"], json.dumps(data, indent=2) + "\n")
-    write_text(paths["md"], markdown(data))
-    if data["pretraining"]:
-        plot_pretraining(data, paths["curves"])
-    else:
-        del paths["curves"]
-    plot_glue(data, paths["glue"])
+    paths = write_outputs(data, repro.out)
     if data["glue_by_step"]:
         paths["by_step"] = repro.path("glue_vs_steps.png")
         plot_glue_by_step(data, paths["by_step"])

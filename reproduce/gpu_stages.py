@@ -1,0 +1,366 @@
+"""The one-GPU run's stages (reproduce/gpu_budget.py runs them in this order, in one process on
+Keras-on-JAX; each skips what the work folder, reproduce/gpu_work.py, already holds):
+
+1. `load_inputs`: the bundle's pre-training arrays, its held-out batch and GLUE features;
+2. `GpuModels` (build): both pre-trainers on JAX training cores, their held-out scorers on the
+   device, the fine-tuning models (one per encoder x head shape);
+3. `GpuModels.compile`: every program of the stages left, compiled up front in parallel;
+4. `throughput`, `finetune_step_seconds`, `heldout_seconds`: the timings the plan
+   (reproduce/gpu_plan.py) is made from;
+5. `Pretraining`: ConvBERT, then ELECTRA, with held-out points along the way;
+6. `Finetuning`: ConvBERT, ELECTRA and random init on the GLUE tasks, seeds in rounds.
+"""
+import functools
+import json
+import os
+import time
+
+import numpy as np
+
+from base import fileio
+from pretrain.task import PretrainingTask
+from reproduce.gpu_recipe import PRETRAINED, finetune_hparams, head_tasks, pretrain_hparams
+from reproduce.recipes import MODELS
+
+
+class GpuRunError(RuntimeError):
+    """A bad bundle, work folder or flag; one line."""
+
+
+class ArrayPretrainingTask(PretrainingTask):
+    """The pre-training task (pretrain/task.py) reading the bundle's compact arrays
+    (data/pretraining_arrays.py; `arrays` set before training) instead of TFRecord shards."""
+    arrays = None
+
+    def host_batches(self, skip_batches):
+        from data.pretraining_arrays import array_batches
+        return array_batches(self.arrays, self.hp.train_batch_size, seed=self.hp.seed,
+                             skip_batches=skip_batches)
+
+
+# ------------------------------------------------------------------------------ 1. inputs
+def read_bundle(bundle_dir):
+    """bundle.json of `bundle_dir` (GpuRunError naming it when missing)."""
+    path = os.path.join(bundle_dir, "bundle.json")
+    if not fileio.exists(path):
+        raise GpuRunError(f"{path}: no bundle here (build it with bash scripts/gpu_bundle.sh)")
+    return json.loads(fileio.read_text(path))
+
+
+def load_features(bundle_dir, bundle, recipe, tasks):
+    """{task: (train, dev, dev guids)} from the bundle's GLUE features (dev sets cut to
+    `recipe.max_eval_examples` when set)."""
+    from finetune import feature_files
+    directory = os.path.join(bundle_dir, bundle["features_dir"])
+    manifest = feature_files.read_manifest(directory)
+    feature_files.check_compatible(manifest, os.path.join(directory, "manifest.json"),
+                                   max_seq_length=recipe.finetune["max_seq_length"])
+    features = {}
+    for task in tasks:
+        train, _ = feature_files.load_split(directory, task, "train", manifest)
+        dev, guids = feature_files.load_split(directory, task, "dev", manifest)
+        if recipe.max_eval_examples:
+            dev = {k: v[:recipe.max_eval_examples] for k, v in dev.items()}
+            guids = guids[:recipe.max_eval_examples]
+        features[task] = (train, dev, list(guids))
+    return features
+
+
+class Inputs:
+    """What the stages read from the bundle: `train` (pre-training arrays), `heldout` (the
+    masked held-out batch), `features` ({task: (train, dev, guids)}) and `batch` (one fixed
+    pre-training batch: the one the programs are compiled and timed on)."""
+
+    def __init__(self, bundle_dir, bundle, recipe, tasks):
+        from data.pretraining_arrays import array_batches, load_arrays
+        from pretrain import heldout_eval
+        self.train = load_arrays(os.path.join(bundle_dir, bundle["pretrain_file"]))
+        held = load_arrays(os.path.join(bundle_dir, bundle["heldout_file"]))
+        self.heldout = heldout_eval.masked_heldout(
+            {k: v[:recipe.heldout_examples] for k, v in held.items()}, **bundle["special_ids"])
+        self.features = load_features(bundle_dir, bundle, recipe, tasks)
+        self.batch = next(array_batches(self.train, recipe.pretrain["train_batch_size"],
+                                        seed=12345))
+
+    def task_sizes(self):
+        """{task: (training examples, dev examples)}: what the plan's estimate counts."""
+        return {task: (len(train["input_ids"]), len(dev["input_ids"]))
+                for task, (train, dev, _) in self.features.items()}
+
+
+# ------------------------------------------------------------------------------ 2-3. build, compile
+class GpuModels:
+    """The build stage: {model: (pretrainer, core, program)} in `pretrainers` (the pre-training
+    task on a JAX core; its program takes the schedule as an argument, so it serves any planned
+    length), the held-out scorers and the fine-tuning models (`finetuners`, one per encoder x
+    head shape; "random" shares ConvBERT's)."""
+
+    def __init__(self, recipe, bundle, tasks, seed, log):
+        import keras
+        from finetune.jax_trainer import Finetuners
+        from pretrain import heldout_eval
+        from pretrain.jax_trainer import pretraining_core
+        self.recipe, self.bundle, self.tasks, self.seed, self.log = \
+            recipe, bundle, list(tasks), seed, log
+        keras.mixed_precision.set_global_policy(
+            "mixed_bfloat16" if recipe.pretrain["precision"] == "bf16" else "float32")
+        self.pretrainers, self._scorer_fns, self._scorers = {}, {}, {}
+        for model in PRETRAINED:
+            hp = pretrain_hparams(recipe, bundle, model, 1, seed)
+            task, core = pretraining_core(
+                hp, [], hp.vocab_size, bundle["special_ids"], log=log,
+                task=ArrayPretrainingTask(hp, [], hp.vocab_size, bundle["special_ids"]))
+            self.pretrainers[model] = (task.pretrainer, core, core.task_step())
+            # makes the model's device scorer of a held-out batch (heldout_scorer)
+            self._scorer_fns[model] = functools.partial(heldout_eval.device_scorer,
+                                                        task.pretrainer)
+        self.finetuners = Finetuners(log=log)
+        for model in PRETRAINED:
+            for task in head_tasks(self.tasks):
+                self.finetuner(model, task)
+
+    def config(self, model):
+        """The encoder config `model` ("convbert", "electra" or "random") fine-tunes."""
+        return self.pretrainers["electra" if model == "electra" else "convbert"][0].config
+
+    def finetuner(self, model, task, hp=None):
+        """The compiled finetuner of `model`'s encoder and `task`'s head shape."""
+        return self.finetuners.get(self.config(model), task,
+                                   hp or finetune_hparams(self.recipe, task, self.seed))
+
+    def heldout_scorer(self, model, heldout):
+        """`model`'s held-out scorer on the device (pretrain/heldout_eval.DeviceScorer: the
+        generator's logits never leave the device), made at its first use: the batch, its masking
+        and its sampling noise are uploaded once, and both models share that upload."""
+        scorer = self._scorers.get(model)
+        if scorer is None or scorer.batch is not heldout:
+            uploaded = next((s.heldout for s in self._scorers.values() if s.batch is heldout),
+                            heldout)
+            scorer = self._scorers[model] = self._scorer_fns[model](
+                uploaded, self.recipe.pretrain["temperature"])
+        return scorer
+
+    def compile(self, inputs, pretrain_models=PRETRAINED, finetune=True):
+        """Every step of the run compiled up front, in parallel (training/jax_core.precompile):
+        those of `pretrain_models`' pre-training and held-out scoring, and with `finetune` the
+        fine-tuning and predict steps (a resumed run: only what is left to run). {program:
+        seconds until it was compiled}."""
+        from training.jax_core import precompile
+        jobs = []
+        for model, (_, core, step) in self.pretrainers.items():
+            if model not in pretrain_models:
+                continue
+            jobs.append((f"pretrain {model}", step, core.example_args(inputs.batch)))
+            jobs += [(f"{name} {model}", program, args) for name, program, args in
+                     self.heldout_scorer(model, inputs.heldout).precompile_jobs()]
+        for model in PRETRAINED if finetune else ():
+            for task in head_tasks(self.tasks):
+                hp = finetune_hparams(self.recipe, task, self.seed)
+                jobs += [(f"{name} {model}", step, args) for name, step, args in
+                         self.finetuner(model, task, hp).precompile_jobs(
+                             inputs.features[task][0], hp.train_batch_size, hp.eval_batch_size)]
+        if not jobs:
+            self.log("precompile: nothing left to run")
+            return {}
+        return precompile(jobs, log=self.log)
+
+
+# ------------------------------------------------------------------------------ 4. timings
+def throughput(models, inputs, compile_seconds, log):
+    """RTD pre-training throughput (docs/PERFORMANCE.md P4): each model's program timed on one
+    fixed batch in interleaved rounds (ConvBERT, ELECTRA, ConvBERT, ...), calls of the size
+    training makes, state donated; median step, sequences/s and MFU (model FLOPs counted as
+    benchmarks/gpu_pretrain.py counts them: model/flops.py)."""
+    import jax
+    from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
+    from training.jax_core import seconds_per_step
+    r = models.recipe
+    built = models.pretrainers
+    args = {model: core.example_args(inputs.batch) for model, (_, core, _) in built.items()}
+    times = {model: [] for model in built}
+    calls = {model: max(1, r.throughput_steps // int(args[model][2])) for model in built}
+    for round_index in range(r.throughput_rounds):
+        for model, (_, _, step) in built.items():
+            figures, args[model] = seconds_per_step(step, args[model], calls[model],
+                                                    warm_up=round_index == 0)
+            times[model] += figures
+    device = jax.devices()[0]
+    peak = peak_bf16_tflops(device.device_kind)
+    b, t = inputs.batch["input_ids"].shape
+    rows = {}
+    for model, (pretrainer, _, _) in built.items():
+        step_s = float(np.median(times[model]))
+        flops = rtd_model_flops_per_sequence(pretrainer.config, pretrainer.gen_config, t)
+        seqs = b / step_s
+        rows[model] = {"step_ms": round(1e3 * step_s, 3), "sequences_per_second": round(seqs, 1),
+                       "model_flops_per_sequence": flops,
+                       "compiled_after_s": compile_seconds.get(f"pretrain {model}"),
+                       "mfu": None if peak is None else round(seqs * flops / (peak * 1e12), 4),
+                       "round_step_ms": [round(1e3 * x, 3) for x in times[model]]}
+        log(f"{model}: {1e3 * step_s:.2f} ms/step, {seqs:,.0f} seq/s, MFU "
+            + ("n/a" if peak is None else f"{100 * rows[model]['mfu']:.1f}%"))
+    return {"device": device.device_kind, "platform": device.platform,
+            "jax": jax.__version__, "precision": r.pretrain["precision"],
+            "batch": int(b), "seq_len": int(t), "peak_bf16_tflops": peak,
+            "rounds": r.throughput_rounds, "steps_per_round": r.throughput_steps,
+            "models": rows,
+            "convbert_over_electra": round(rows["convbert"]["sequences_per_second"]
+                                           / rows["electra"]["sequences_per_second"], 3),
+            "counting": "median step over interleaved rounds of one fixed batch; model "
+                        "FLOPs = 3 x seq_len x (F_disc + F_gen) (model/flops.py); one "
+                        "jitted step = masking + generator + sampling + discriminator + "
+                        "backward + AdamW, as benchmarks/gpu_pretrain.py"}
+
+
+def finetune_step_seconds(models, inputs, log):
+    """{model: seconds per fine-tuning step} of the binary head at the recipe's batch, timed as
+    the throughput steps are (the step that fine-tunes, compiled already); "random" is
+    ConvBERT's."""
+    from data.pretraining_arrays import array_batches
+    from training.jax_core import seconds_per_step
+    r = models.recipe
+    task = head_tasks(models.tasks)[0]
+    hp = finetune_hparams(r, task, models.seed)
+    seconds = {}
+    for model in PRETRAINED:
+        finetuner = models.finetuner(model, task, hp)
+        batch = next(array_batches(finetuner._train_inputs(inputs.features[task][0]),
+                                   hp.train_batch_size))
+        args = finetuner.core.example_args(batch)
+        times, _ = seconds_per_step(finetuner.train_step, args,
+                                    max(1, r.throughput_steps // int(args[2])),
+                                    rounds=r.throughput_rounds)
+        seconds[model] = float(np.median(times))
+        log(f"{model}: fine-tuning step {1e3 * seconds[model]:.2f} ms (batch "
+            f"{hp.train_batch_size})")
+    seconds["random"] = seconds["convbert"]
+    return seconds
+
+
+def heldout_seconds(models, inputs, log):
+    """Wall of one held-out evaluation of each pre-trained model, summed (the programs are
+    compiled already): what each held-out point costs the pre-training stage."""
+    start = time.perf_counter()
+    for model in PRETRAINED:
+        models.heldout_scorer(model, inputs.heldout).evaluate()
+    seconds = time.perf_counter() - start
+    log(f"held-out evaluation: {seconds:.1f}s for both models")
+    return seconds
+
+
+# ------------------------------------------------------------------------------ 5. pre-training
+class Pretraining:
+    """One model's pre-training for the planned steps: the training core's `fit_task` on the
+    bundle's arrays; every 1/`evaluations` of the run the fixed held-out batch is scored, and at
+    the end every point's discriminator against the last generator's replacements; checkpoints
+    at the middle and the end (a rerun resumes from them)."""
+
+    def __init__(self, models, inputs, work, log):
+        self.models, self.inputs, self.work, self.log = models, inputs, work, log
+
+    def run(self, model, steps):
+        """The report's record of `model` pre-trained for `steps` (reproduce/report.py's
+        `pretraining_record`), training only what is not done yet."""
+        from pretrain import heldout_eval
+        from pretrain.hparams import train_settings
+        from reproduce.report import pretraining_record
+        recipe = self.models.recipe
+        model_dir = self.work.pretrain_dir(model)
+        done = self.work.pretrained_steps(model)
+        if done is not None and done >= steps:
+            self.log(f"{model}: pre-trained ({steps} steps), skipped")
+            return pretraining_record(model_dir)
+        pretrainer, core, step = self.models.pretrainers[model]
+        hp = pretrain_hparams(recipe, self.models.bundle, model, steps, self.models.seed)
+        fileio.makedirs(model_dir)
+        hp.to_json(os.path.join(model_dir, "hparams.json"))
+        scorer = self.models.heldout_scorer(model, self.inputs.heldout)
+        points = []      # (step, metrics, snapshot of the variables)
+
+        def score(step_done):
+            metrics = scorer.evaluate()
+            points.append((step_done, metrics, heldout_eval.snapshot(pretrainer)))
+            self.log(f"{model} step {step_done}: held-out gen acc "
+                     f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
+
+        core.set_settings(train_settings(hp))
+        core.label = model
+        core.task.arrays = self.inputs.train
+        core.fit_task(
+            checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"), export_dir=model_dir,
+            summary_path=os.path.join(model_dir, "pretraining_summary.json"),
+            summary_extra={"model_name": model, "model_size": hp.model_size},
+            train_step=step, after_save=score,
+            # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
+            # only: the held-out points in between need none.
+            checkpoint_every=max(1, steps // recipe.evaluations) * max(
+                1, recipe.evaluations // 2))
+        # One fixed corruption (the last generator's) for every point's discriminator.
+        last = scorer.corrupt()
+        lines = []
+        for step_done, metrics, values in points:
+            fixed = scorer.discriminate(last, values=values)["disc_auc"]
+            lines.append(json.dumps({"step": step_done, **metrics, "disc_auc_last_gen": fixed}))
+        fileio.write_text_atomic(os.path.join(model_dir, "heldout_curve.jsonl"),
+                                 "\n".join(lines) + "\n")
+        return pretraining_record(model_dir)
+
+
+# ------------------------------------------------------------------------------ 6. fine-tuning
+class Finetuning:
+    """ConvBERT, ELECTRA and random init on every task, seeds in rounds (seed 1 of every model x
+    task, then seed 2, ...) while the budget lasts; each trial's dev metrics are written as
+    run_finetuning.py writes them, so a rerun skips the trials done."""
+
+    def __init__(self, models, inputs, work, log, fraction=1.0):
+        self.models, self.inputs, self.work, self.log = models, inputs, work, log
+        self.fraction = fraction
+        self._weights = {}
+
+    def start_weights(self, model):
+        """{official name: array} each of `model`'s trials starts from."""
+        from finetune.jax_trainer import random_encoder_weights
+        if model not in self._weights:
+            if model == "random":
+                self._weights[model] = random_encoder_weights(self.models.config("random"),
+                                                              self.models.seed + 1)
+            else:
+                from model import checkpoints
+                _, _, self._weights[model] = checkpoints.resolve_checkpoint(
+                    os.path.join(self.work.pretrain_dir(model), "discriminator"))
+        return self._weights[model]
+
+    def trial(self, model, task, trial):
+        """One seed of `model` on `task`: trained, dev predictions and metrics written."""
+        from finetune.glue import leaderboard
+        from finetune.glue_task import to_predictions
+        train, dev, guids = self.inputs.features[task]
+        hp = finetune_hparams(self.models.recipe, task, self.models.seed, self.fraction,
+                              len(train["input_ids"]))
+        finetuner = self.models.finetuner(model, task, hp)
+        seed = hp.seed + trial - 1
+        finetuner.start(self.start_weights(model), seed)
+        label = f"{model} {task} seed {seed}"
+        finetuner.train(train, hp, seed=seed, label=label)
+        preds = to_predictions(task, finetuner.predict(dev, hp.eval_batch_size))
+        metrics = leaderboard.write_dev_predictions(self.work.finetune_dir(model), task, guids,
+                                                    preds, dev["label_ids"], trial=trial)
+        self.log(f"{label}: dev " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
+
+    def run(self, left, after_model):
+        """Every trial not done yet; a round of seeds starts only while `left()` seconds cover
+        the last round's wall. after_model(): called after each model's tasks (the report, so
+        what a cut-off run reached still comes back)."""
+        round_seconds = None
+        for trial in range(1, self.models.recipe.max_trials + 1):
+            if trial > 1 and round_seconds is not None and round_seconds > left():
+                self.log(f"fine-tuning: {left():.0f}s left, a round of seeds took "
+                         f"{round_seconds:.0f}s: stopping after {trial - 1} seed(s)")
+                break
+            start = time.time()
+            for model in MODELS:
+                for task in self.models.tasks:
+                    if not fileio.exists(self.work.metrics_file(model, task, trial)):
+                        self.trial(model, task, trial)
+                after_model()
+            round_seconds = time.time() - start
