@@ -2,7 +2,7 @@
 and how fast it trains, in one short run on one GPU without TensorFlow (docs/GPU.md).
 
     KERAS_BACKEND=jax python -m reproduce.gpu_budget --bundle_dir=gpu_bundle --output_dir=OUT \
-        [--budget_s=330] [--work_dir=runs/gpu_budget] [--smoke]
+        [--budget_s=330] [--work_dir=runs/gpu_budget] [--fresh] [--smoke]
 
 Input: the bundle (`bash scripts/gpu_bundle.sh`, reproduce/gpu_bundle.py): pre-training examples
 as arrays (data/pretraining_arrays.py; the held-out shard apart) and the tokenized GLUE features
@@ -35,7 +35,7 @@ from reproduce.gpu_recipe import (GPU_BUDGET, PRETRAINED, SMOKE, GpuRecipe,  # n
 from reproduce.gpu_stages import (ArrayPretrainingTask, Finetuning, GpuModels,  # noqa: F401
                                   GpuRunError, Inputs, Pretraining, finetune_step_seconds,
                                   heldout_seconds, read_bundle, throughput)
-from reproduce.gpu_work import WorkFolder
+from reproduce.gpu_work import WorkFolder, WorkFolderError, default_work_dir
 from reproduce.recipes import GLUE_TASKS, MODELS
 
 OUTPUT_FILES = ("results.json", "results.md", "throughput.json", "pretraining_curves.png",
@@ -60,7 +60,7 @@ class GpuRun:
     the plan between the timings and the training, and the report after every stage."""
 
     def __init__(self, recipe, bundle_dir, output_dir, work_dir, budget_s, log, seed=0,
-                 tasks=GLUE_TASKS):
+                 tasks=GLUE_TASKS, fresh=False):
         self.recipe, self.bundle_dir, self.out = recipe, bundle_dir, output_dir
         self.work = WorkFolder(work_dir, recipe)
         self.budget_s, self.log, self.clock, self.seed = float(budget_s), log, log, seed
@@ -70,8 +70,11 @@ class GpuRun:
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
                         "pretrain_lr_schedule": recipe.lr_schedule(),
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
+        try:
+            self.work.claim(self.bundle, seed, fresh=fresh)
+        except WorkFolderError as e:
+            raise GpuRunError(str(e)) from None
         fileio.makedirs(self.out)
-        fileio.makedirs(self.work.root)
 
     def left(self):
         return self.budget_s - self.clock.elapsed()
@@ -184,7 +187,12 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle_dir", default="gpu_bundle")
     ap.add_argument("--output_dir", required=True)
-    ap.add_argument("--work_dir", default=os.path.join("runs", "gpu_budget"))
+    ap.add_argument("--work_dir", default=None,
+                    help="the run's work folder (default runs/gpu_budget; with --smoke "
+                         "runs/gpu_smoke): it belongs to one recipe, model, seed and bundle")
+    ap.add_argument("--fresh", action="store_true",
+                    help="remove the work folder's plan, checkpoints and results first (a "
+                         "folder of another run is refused otherwise)")
     ap.add_argument("--budget_s", type=float, default=330.0,
                     help="wall seconds for the whole run (default 330: <= 6 minutes with "
                          "start-up on one H100)")
@@ -201,7 +209,8 @@ def main(argv=None):
     from data.errors import DataError
     try:
         run = GpuRun(SMOKE if args.smoke else GPU_BUDGET, args.bundle_dir, args.output_dir,
-                     args.work_dir, args.budget_s, log, seed=args.seed)
+                     args.work_dir or default_work_dir(args.smoke), args.budget_s, log,
+                     seed=args.seed, fresh=args.fresh)
         missing = run.run()
     except (GpuRunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)

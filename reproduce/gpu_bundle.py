@@ -1,7 +1,8 @@
 """The GPU run's bundle: everything `bash scripts/gpu_run.sh` needs on a machine with no network and
 no TensorFlow (a rented GPU box, a cluster node), in one git-ignored folder of at most 60 MiB.
 
-    python -m reproduce.gpu_bundle --shared_dir=../shared --output_dir=gpu_bundle
+    python -m reproduce.gpu_bundle --shared_dir=../shared --output_dir=gpu_bundle \
+        [--python_version=3.12]
     (bash scripts/gpu_bundle.sh: the same after setting up .venv)
 
     gpu_bundle/
@@ -12,8 +13,11 @@ no TensorFlow (a rented GPU box, a cluster node), in one git-ignored folder of a
                              run_reproduction.py holds it out (data/pretraining_arrays.py)
       features/              GLUE train/dev features of the five tasks + manifest.json
                              (python -m finetune.features; finetune/feature_files.py)
-      wheels/                keras, optree and namex for CPython 3.12 on x86-64, the versions
-                             installed here (pip download; no other package is missing there)
+      wheels/                keras, optree and namex for the GPU machine's CPython
+                             (`--python_version`, default 3.12, recorded in bundle.json as
+                             "python") on x86-64, the versions installed here (pip download; no
+                             other package is missing there; scripts/gpu_run.sh refuses them
+                             for another Python in one line)
 
 The shards are built exactly as the CPU reproduction builds them (reproduce/pipeline.py: the
 BERT uncased vocab, 16 shards per corpus directory, build_pretraining_dataset.py's seed), under
@@ -30,6 +34,7 @@ from base import fileio
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_BUNDLE_MIB = 60
 WHEELS = ("keras", "optree", "namex")
+PYTHON_VERSION = "3.12"     # the GPU machines' Python so far (docs/RESULTS.md §11-§13)
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                    "manylinux2014_x86_64", "manylinux1_x86_64")
 
@@ -61,20 +66,25 @@ def special_ids(vocab_file):
                          "mask_id": index["[MASK]"]}
 
 
-def download_wheels(directory, log):
-    """The installed keras / optree / namex versions as CPython 3.12 x86-64 wheels."""
+def download_wheels(directory, log, python_version=PYTHON_VERSION):
+    """The installed keras / optree / namex versions as CPython `python_version` x86-64 wheels
+    (the folder's earlier wheels removed first: one Python's wheels per bundle)."""
     from importlib import metadata
     fileio.makedirs(directory)
+    for old in fileio.glob(os.path.join(directory, "*.whl")):
+        fileio.remove(old)
     pins = [f"{name}=={metadata.version(name)}" for name in WHEELS]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", "-d", directory, *pins]
+           "--python-version", python_version, "--implementation", "cp", "-d", directory,
+           *pins]
     for platform in WHEEL_PLATFORMS:
         cmd[cmd.index("-d"):cmd.index("-d")] = ["--platform", platform]
-    log(f"[wheels] pip download {' '.join(pins)}")
+    log(f"[wheels] pip download {' '.join(pins)} for CPython {python_version}")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise BundleError(f"pip download {' '.join(pins)} failed: {last}")
+        raise BundleError(f"pip download {' '.join(pins)} for CPython {python_version} failed: "
+                          f"{last}")
     return pins
 
 
@@ -85,7 +95,8 @@ def directory_size(path):
     return total
 
 
-def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None):
+def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None,
+                 python_version=PYTHON_VERSION):
     from data.pretraining_arrays import write_arrays
     from reproduce.recipes import GLUE_TASKS
     data = os.path.join(shared_dir, "data")
@@ -115,7 +126,7 @@ def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None):
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BundleError(f"python -m finetune.features failed: {last}")
-    pins = download_wheels(os.path.join(output_dir, "wheels"), log)
+    pins = download_wheels(os.path.join(output_dir, "wheels"), log, python_version)
     vocab_size, ids = special_ids(vocab_file)
     sizes = {name: directory_size(os.path.join(output_dir, name))
              if os.path.isdir(os.path.join(output_dir, name))
@@ -129,7 +140,7 @@ def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None):
               "train_examples": counts["pretrain_train.npz"],
               "heldout_examples": counts["pretrain_heldout.npz"],
               "train_shards": len(train), "features_dir": "features", "tasks": tasks,
-              "wheels": pins, "bytes": sizes, "build_seconds": round(time.time() - started, 1)}
+              "wheels": pins, "python": python_version, "bytes": sizes, "build_seconds": round(time.time() - started, 1)}
     fileio.write_text_atomic(os.path.join(output_dir, "bundle.json"),
                              json.dumps(bundle, indent=2) + "\n")
     total = directory_size(output_dir)
@@ -150,11 +161,14 @@ def main(argv=None):
     ap.add_argument("--shared_dir", default=os.path.join(REPO_ROOT, "..", "shared"))
     ap.add_argument("--output_dir", default=os.path.join(REPO_ROOT, "gpu_bundle"))
     ap.add_argument("--build_dir", default=os.path.join(REPO_ROOT, "runs", "gpu_bundle_build"))
+    ap.add_argument("--python_version", default=PYTHON_VERSION,
+                    help="the GPU machine's CPython (X.Y) the wheels are for (default "
+                         f"{PYTHON_VERSION})")
     args = ap.parse_args(argv)
     from data.errors import DataError
     try:
         build_bundle(args.shared_dir, args.output_dir, args.build_dir,
-                     log=lambda m: print(m, flush=True))
+                     log=lambda m: print(m, flush=True), python_version=args.python_version)
     except (BundleError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -2,6 +2,8 @@
 rerun finds done.
 
     <work_dir>/
+      work.json                            what the folder was made for: recipe (and a hash of
+                                           its fields), model, seed, bundle (`claim`)
       throughput.json                      the throughput stage's timings (a rerun keeps them)
       plan.json                            the plan (a rerun keeps it: same schedule)
       pretrain/{convbert,electra}/         pretraining_summary.json, heldout_curve.jsonl, the
@@ -9,6 +11,10 @@ rerun finds done.
       finetune/{convbert,electra,random}/  results/<task>_dev_metrics_trial<N>.json (the layout
                                            of run_finetuning.py and reproduce/pipeline.py)
       jax_cache/                           JAX's compilation cache (scripts/gpu_run.sh)
+
+A folder belongs to one run: a plan, checkpoints or results made for another recipe, model size,
+seed or bundle are refused in one line naming the folder (`--fresh` starts it afresh). The smoke
+run and the real one have different default folders (`default_work_dir`).
 """
 import json
 import os
@@ -18,9 +24,81 @@ from reproduce.gpu_recipe import PRETRAINED
 from reproduce.recipes import MODELS
 
 
+STAMP = "work.json"
+# What a run writes here, and what --fresh removes (the compile cache stays: its programs are
+# keyed by what they compute, not by the run).
+RUN_FILES = (STAMP, "throughput.json", "plan.json", "pretrain", "finetune")
+
+
+def default_work_dir(smoke):
+    """The work folder of `--smoke` and of the real run when --work_dir is not given."""
+    return os.path.join("runs", "gpu_smoke" if smoke else "gpu_budget")
+
+
+class WorkFolderError(RuntimeError):
+    """A work folder made for another run; one line naming it."""
+
+
+def bundle_identity(bundle):
+    """The fields of bundle.json that decide what a run trains on."""
+    return {k: bundle.get(k) for k in ("made", "vocab_size", "max_seq_length", "train_examples",
+                                       "heldout_examples")}
+
+
 class WorkFolder:
     def __init__(self, path, recipe):
         self.root, self.recipe = str(path), recipe
+
+    def identity(self, bundle, seed):
+        """What this folder is made for (work.json)."""
+        r = self.recipe
+        return {"recipe": r.name, "recipe_fingerprint": r.fingerprint(),
+                "model": r.model_summary(), "seed": seed, "bundle": bundle_identity(bundle)}
+
+    def claim(self, bundle, seed, fresh=False):
+        """Make the folder this run's: refuse (WorkFolderError) one that holds another run's
+        plan, checkpoints or results, unless `fresh`, which removes them first; then work.json."""
+        mine = self.identity(bundle, seed)
+        held = [name for name in RUN_FILES if fileio.exists(self.path(name))]
+        if held and fresh:
+            for name in held:
+                target = self.path(name)
+                (fileio.remove_tree if fileio.isdir(target) else fileio.remove)(target)
+            held = []
+        if held:
+            stamp = self.path(STAMP)
+            if not fileio.exists(stamp):
+                raise WorkFolderError(
+                    f"{self.root}: holds {', '.join(held)} of a run that did not record what it "
+                    "was made for (no work.json); give another --work_dir, or --fresh to start "
+                    "it afresh")
+            theirs = self.read_json(stamp)
+            differences = self.differences(theirs, mine)
+            if differences:
+                raise WorkFolderError(
+                    f"{self.root}: a work folder of another run ({'; '.join(differences)}); give "
+                    "another --work_dir, or --fresh to start it afresh")
+            return
+        fileio.makedirs(self.root)
+        self.write_json(self.path(STAMP), mine)
+
+    @staticmethod
+    def differences(theirs, mine):
+        """What differs between two identities, in words ("recipe smoke (...), not ...")."""
+        out = []
+        if theirs.get("recipe") != mine["recipe"] or theirs.get("model") != mine["model"]:
+            out.append(f"recipe {theirs.get('recipe')} ({theirs.get('model')}), not "
+                       f"{mine['recipe']} ({mine['model']})")
+        elif theirs.get("recipe_fingerprint") != mine["recipe_fingerprint"]:
+            out.append(f"recipe {mine['recipe']} with other settings (fingerprint "
+                       f"{theirs.get('recipe_fingerprint')}, not {mine['recipe_fingerprint']})")
+        if theirs.get("seed") != mine["seed"]:
+            out.append(f"seed {theirs.get('seed')}, not {mine['seed']}")
+        if theirs.get("bundle") != mine["bundle"]:
+            old, new = theirs.get("bundle") or {}, mine["bundle"]
+            keys = [k for k in new if old.get(k) != new[k]]
+            out.append("bundle " + ", ".join(f"{k} {old.get(k)}, not {new[k]}" for k in keys))
+        return out
 
     def path(self, *parts):
         return os.path.join(self.root, *parts)

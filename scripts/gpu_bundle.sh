@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU run's bundle (docs/GPU.md): pre-training arrays from ../shared/data/corpus (held-out
-# shard apart), the tokenized GLUE features and the keras / optree / namex wheels for CPython
-# 3.12, in gpu_bundle/ (git-ignored, <= 60 MiB; it prints its size).
-#   bash scripts/gpu_bundle.sh [--output_dir=gpu_bundle] [--shared_dir=../shared]
+# shard apart), the tokenized GLUE features and the keras / optree / namex wheels for the GPU
+# machine's CPython (--python_version, default 3.12), in gpu_bundle/ (git-ignored, <= 60 MiB; it
+# prints its size).
+#   bash scripts/gpu_bundle.sh [--output_dir=gpu_bundle] [--shared_dir=../shared] [--python_version=3.12]
 # PYTHON: the interpreter (default .venv/bin/python, which this script sets up; a given one is
 # used as it is).
 set -euo pipefail

@@ -5,8 +5,12 @@
 # (bash scripts/gpu_bundle.sh) and a Python with JAX; keras / optree / namex come from the
 # bundle's wheels when that Python lacks them (no network). Rerun the same command to resume.
 #   bash scripts/gpu_run.sh --output_dir=DIR [--budget_s=330] [--bundle_dir=gpu_bundle]
-#                           [--work_dir=runs/gpu_budget] [--smoke]
+#                           [--work_dir=runs/gpu_budget] [--fresh] [--smoke]
 #                           [--compile_cache=jax_cache.tar.gz] [--jax_cache_dir=DIR|off]
+# The work folder belongs to one run (recipe, model, seed, bundle): --smoke's default is
+# runs/gpu_smoke, the real run's runs/gpu_budget; one made for another run is refused in one
+# line, --fresh starts it afresh (reproduce/gpu_work.py). The bundle's wheels are for the Python
+# it was built for (bash scripts/gpu_bundle.sh --python_version=X.Y; bundle.json "python").
 # JAX's persistent compilation cache (training/compile_cache.py) is <work_dir>/jax_cache unless
 # --jax_cache_dir (or $CONVBERT_JAX_CACHE_DIR) names another; --compile_cache=FILE unpacks an
 # earlier run's DIR/jax_cache.tar.gz into it first, so the programs it compiled are read, not
@@ -17,7 +21,7 @@
 # glue_scores.png, gpu_run.log, jax_cache.tar.gz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bundle=gpu_bundle out= smoke= work=runs/gpu_budget cache= archive=
+bundle=gpu_bundle out= smoke= work= cache= archive=
 args=()        # what reproduce.gpu_budget gets: every argument but --compile_cache
 for arg in "$@"; do
   case "$arg" in
@@ -31,6 +35,10 @@ for arg in "$@"; do
   args+=("$arg")
 done
 [ -n "$out" ] || { echo "error: --output_dir=DIR is required" >&2; exit 2; }
+if [ -z "$work" ]; then      # reproduce/gpu_work.py default_work_dir
+  if [ -n "$smoke" ]; then work=runs/gpu_smoke; else work=runs/gpu_budget; fi
+  args+=("--work_dir=$work")
+fi
 [ -f "$bundle/bundle.json" ] || { echo "error: $bundle/bundle.json not found: build the bundle with bash scripts/gpu_bundle.sh" >&2; exit 2; }
 [ -z "$archive" ] || [ -f "$archive" ] || { echo "error: --compile_cache=$archive: no such file" >&2; exit 2; }
 if [ -z "$cache" ]; then
@@ -45,6 +53,13 @@ fi
 export KERAS_BACKEND=jax PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 [ -n "$smoke" ] && export JAX_PLATFORMS=cpu
 if ! "$python" -c "import keras, optree, namex" 2>/dev/null; then
+  # the wheels are built for one Python (bundle.json "python"; bundles before it: 3.12)
+  want=$(sed -n 's/.*"python": *"\([0-9.]*\)".*/\1/p' "$bundle/bundle.json"); want=${want:-3.12}
+  have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$want" != "$have" ]; then
+    echo "error: $bundle/wheels are for CPython $want, $python is $have: rebuild the bundle with bash scripts/gpu_bundle.sh --python_version=$have" >&2
+    exit 2
+  fi
   site="${GPU_RUN_SITE:-/tmp/convbert_gpu_site}"
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "$bundle"/wheels/*.whl

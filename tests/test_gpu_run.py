@@ -43,6 +43,7 @@ def test_bundle_is_small_and_complete(bundle):
     wheels = sorted(p.name.split("-")[0] for p in (out / "wheels").glob("*.whl"))
     assert wheels == ["keras", "namex", "optree"]
     assert all("cp312" in p.name or "py3-none" in p.name for p in (out / "wheels").glob("*.whl"))
+    assert info["python"] == "3.12"          # the GPU machine's Python the wheels are for
     manifest = json.loads((out / "features" / "manifest.json").read_text())
     assert {e["task"] for e in manifest["files"].values()} == {"cola", "sst", "mrpc", "sts", "rte"}
 
@@ -101,6 +102,13 @@ def test_smoke_run_end_to_end_and_resume(bundle):
     assert json.loads((results / "throughput.json").read_text()) == tp
     assert "training 3 steps" not in again.stdout          # every fine-tuning trial was kept
     assert json.loads((results / "results.json").read_text())["glue"] == data["glue"]
+    # the real recipe in the smoke's work folder: refused in one line naming it
+    real = subprocess.run([a for a in cmd if a != "--smoke"], cwd=str(REPO_ROOT),
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert real.returncode == 1 and "Traceback" not in real.stdout
+    assert (f"error: {work}: a work folder of another run (recipe smoke (small with 1 layer(s) "
+            "of width 32), not gpu_budget (small)); give another --work_dir, or --fresh to start "
+            "it afresh\n") in real.stdout
 
 
 def test_plan_budget_keeps_pre_training_its_share():
@@ -152,6 +160,57 @@ def test_learning_rate_schedules_and_what_a_rerun_has_left(bundle, tmp_path):
             for trial in (1, 2):
                 (results / f"{task}_dev_metrics_trial{trial}.json").write_text("{}")
     assert run.work_left(2) == ((), False)
+
+
+def test_work_folder_belongs_to_one_run(tmp_path):
+    """A work folder holds one run's plan, checkpoints and results: another recipe, seed or
+    bundle is refused in one line naming the folder; --fresh removes what the run wrote (not the
+    compile cache); the smoke and the real run have different default folders."""
+    from reproduce.gpu_recipe import GPU_BUDGET, SMOKE
+    from reproduce.gpu_work import WorkFolder, WorkFolderError, default_work_dir
+    assert default_work_dir(True) != default_work_dir(False)
+    bundle = {"made": "2026-11-27 10:00 UTC", "vocab_size": 30522, "max_seq_length": 128,
+              "train_examples": 247303, "heldout_examples": 13689}
+    work = tmp_path / "work"
+    smoke = WorkFolder(work, SMOKE)
+    smoke.claim(bundle, 0)
+    (work / "plan.json").write_text('{"steps": 4}')
+    (work / "pretrain" / "convbert").mkdir(parents=True)
+    (work / "jax_cache").mkdir()
+    smoke.claim(bundle, 0)                                  # the same run: resumes
+    with pytest.raises(WorkFolderError) as e:
+        WorkFolder(work, GPU_BUDGET).claim(bundle, 0)
+    assert str(e.value).startswith(f"{work}: a work folder of another run (recipe smoke")
+    with pytest.raises(WorkFolderError, match="seed 0, not 1"):
+        smoke.claim(bundle, 1)
+    with pytest.raises(WorkFolderError, match="bundle made 2026-11-27 10:00 UTC, not x"):
+        smoke.claim({**bundle, "made": "x"}, 0)
+    WorkFolder(work, GPU_BUDGET).claim(bundle, 0, fresh=True)
+    assert sorted(p.name for p in work.iterdir()) == ["jax_cache", "work.json"]
+    assert json.loads((work / "work.json").read_text())["recipe"] == "gpu_budget"
+    (work / "work.json").unlink()
+    (work / "plan.json").write_text("{}")                   # a folder from before work.json
+    with pytest.raises(WorkFolderError, match="no work.json"):
+        WorkFolder(work, GPU_BUDGET).claim(bundle, 0)
+
+
+def test_bundle_wheels_for_another_python_are_refused(tmp_path):
+    """scripts/gpu_run.sh on a Python without Keras whose version is not the bundle's: one line,
+    before anything runs."""
+    python = shutil.which("python3", path="/usr/bin")
+    if python is None or subprocess.run([python, "-c", "import keras"],
+                                        capture_output=True).returncode == 0:
+        pytest.skip("needs a Python without keras in /usr/bin")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "bundle.json").write_text(json.dumps({"python": "3.99"}))
+    done = subprocess.run(["bash", "scripts/gpu_run.sh", f"--bundle_dir={bundle}",
+                           f"--output_dir={tmp_path / 'out'}"], cwd=str(REPO_ROOT),
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHON": python})
+    assert done.returncode == 2
+    assert f"{bundle}/wheels are for CPython 3.99" in done.stderr
+    assert "bash scripts/gpu_bundle.sh --python_version=" in done.stderr
 
 
 def test_random_finetune_check_runs_from_the_bundle(bundle, tmp_path):
