@@ -1,7 +1,7 @@
 """Fine-tune ConvBERT on GLUE and SQuAD (ELECTRA/ConvBERT recipe).
 
-    python run_finetuning.py --data_dir ../shared/data/glue --task_names mrpc,rte \
-        --init_checkpoint models/convbert_small --vocab_file vocab.txt \
+    python run_finetuning.py --data_dir ../shared/data/glue --task_names mrpc,rte \\
+        --init_checkpoint models/convbert_small --vocab_file vocab.txt \\
         --model_dir out/glue_small --model_size small --num_trials 9
 
 Tasks: cola, sst, mrpc, sts, qqp, mnli, qnli, rte, wnli (GLUE layout
@@ -13,7 +13,9 @@ Writes under `<model_dir>/results/`: `<task>_dev_predictions.tsv` (index, predic
 `<task>_dev_summary.json`: median and mean ± std per metric); with --do_predict the GLUE
 leaderboard files and `glue_submission.zip` under `results/leaderboard/`; for SQuAD
 `<task>_predictions.json`, `<task>_nbest_predictions.json`, `<task>_null_odds.json` (v2.0) and
-`<task>_metrics.json`. TensorBoard logs go to `<model_dir>/tensorboard/`.
+`<task>_metrics.json`. TensorBoard scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/`
+(train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every log window;
+the dev metrics under dev_<task>/ at the trial's last step).
 
 Hyper-parameters: the official defaults per --model_size (finetune/hparams.py), then --hparams
 (JSON string or file; unknown keys are an error), then explicit flags. Bad input (missing task
@@ -26,16 +28,19 @@ Cloud TPU): every file goes through base/fileio.py.
 
 From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow:
 
-    python -m finetune.features --task_names=mrpc,sts --data_dir=GLUE_DIR --vocab_file=VOCAB \
+    python -m finetune.features --task_names=mrpc,sts --data_dir=GLUE_DIR --vocab_file=VOCAB \\
         --splits=train,dev,test --output_dir=features
-    KERAS_BACKEND=jax python run_finetuning.py --features_dir=features --task_names=mrpc,sts \
+    KERAS_BACKEND=jax python run_finetuning.py --features_dir=features --task_names=mrpc,sts \\
         --init_checkpoint=NATIVE_OR_HF_DIR --model_dir=out/glue_jax [--do_predict]
 
 --features_dir replaces --data_dir for GLUE tasks (no tokenization; the manifest's vocabulary
 sha256, max_seq_length and casing must match the run's) and writes the same results files. On
 JAX: GLUE only (no SQuAD), native or Hugging Face checkpoints (convert an official TF1 one
 first), precision fp32 or bf16, one device; --data_dir, if also given, only checks the
-leaderboard files against the GLUE test sets.
+leaderboard files against the GLUE test sets. What a JAX run writes is what a TensorFlow run
+writes for GLUE: results/ (the same files), the same TensorBoard scalars under tensorboard/
+(written without TensorFlow), finetune_hparams.json, and with save_finetuned_model the
+encoder + head under finetuned/.
 """
 from __future__ import annotations
 

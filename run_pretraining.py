@@ -7,7 +7,7 @@ of minutes on a laptop CPU, written to ./runs/demo:
 
 The paper's models (see scripts/pretrain_*.sh and docs/PRETRAINING.md):
 
-    python run_pretraining.py --model_size=small --data_dir=$DATA_DIR \
+    python run_pretraining.py --model_size=small --data_dir=$DATA_DIR \\
         --hparams='{"num_train_steps": 1000000}'
 
 `--data_dir` follows ELECTRA: TFRecords in $DATA_DIR/pretrain_tfrecords, vocab in
@@ -16,6 +16,20 @@ from the last checkpoint in --model_dir. Any key of pretrain/hparams.py can be s
 --hparams (a JSON string or a .json file); explicit flags win over --hparams. Every path
 (--model_dir, --data_dir, --pretrain_tfrecords, --vocab_file, --sp_model) may be local or on any
 filesystem tf.io.gfile knows, e.g. a gs:// bucket on a Cloud TPU.
+
+On Keras-on-JAX, without TensorFlow (it is never imported, even where it is installed):
+
+    KERAS_BACKEND=jax python run_pretraining.py --model_size=small \\
+        --pretrain_tfrecords='shards/*' --vocab_file=vocab.txt --model_dir=runs/small_jax
+
+What a run writes into --model_dir, per backend:
+  TensorFlow: checkpoints/ (tf.train.Checkpoint, the last --keep_checkpoint_max); on JAX:
+    jax_checkpoints/ (safetensors, the same number); rerunning resumes from the newest.
+  Both: discriminator/ and generator/ (the exports, native format), train/ (TensorBoard scalars
+    every --log_every_n_steps: loss, gen_loss, gen_accuracy, disc_loss, disc_accuracy,
+    disc_auc, learning_rate, grad_norm, sequences_per_second; one event file per run or
+    resume, written without TensorFlow on JAX), hparams.json and pretraining_summary.json
+    (every logged window's record, the throughput, the backend).
 
 Bad input (unknown hparam or size, no or malformed TFRecords, a vocab that does not match the
 model, ...) prints one line `error: ...` and exits with status 1, writing nothing.

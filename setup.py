@@ -34,9 +34,11 @@ setup(
         # apache-beam: the Beam builder's tests (tests/data/test_beam_builder.py, the `*_beam`
         # cases of tests/test_bad_inputs.py) run on the DirectRunner. pytest-xdist runs the suite
         # on both cores (scripts/test.sh); coverage measures it (scripts/coverage.sh).
+        # tensorboard: its own reader (EventAccumulator) reads back the event files that
+        # training/summaries.py writes without it (viewing them is all a user needs it for).
         "test": ["pytest", "pytest-xdist>=3.6", "coverage>=7.10", "hypothesis", "torch==2.13.0",
                  "transformers>=5", "jax[cpu]",
-                 "apache-beam>=2.77,<3"],
+                 "apache-beam>=2.77,<3", "tensorboard"],
         # The shard builder as an Apache Beam pipeline (build_pretraining_dataset.py --runner=...):
         # the DirectRunner, and Flink/Spark through their job servers. Beam 2.77 holds protobuf
         # below 7 (6.33 installs; TensorFlow 2.21 asks for >=6.31.1,<8).

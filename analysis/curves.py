@@ -7,10 +7,10 @@ Reads, per run_pretraining.py model_dir (local, gs://, ram://):
 * the TensorBoard scalars under <model_dir>/train/ (training/loop.py writes every log window's
   record through training/summaries.py with pretrain/task.py's empty prefix: loss, gen_loss,
   gen_accuracy, disc_loss, disc_accuracy, disc_auc, learning_rate, grad_norm,
-  sequences_per_second). Several event files (a resumed run) are merged by wall time, so a step
-  trained again after a resume shows its last value. A model_dir without event files (the JAX
-  trainer writes none) falls back to the `history` of its pretraining_summary.json, the same
-  records;
+  sequences_per_second; the JAX trainer writes the same). Several event files (a resumed run)
+  are merged by wall time, so a step trained again after a resume shows its last value. A
+  model_dir without event files (a JAX run from before the JAX path wrote them) falls back to
+  the `history` of its pretraining_summary.json, the same records;
 * <model_dir>/heldout_curve.jsonl when present (reproduce/pipeline.py writes it: every kept
   checkpoint scored on a fixed held-out batch), drawn as markers on the metric of the same name.
 

@@ -17,7 +17,8 @@ the target (`tf.io.gfile.rename(tmp, final, overwrite=True)` / `os.replace`), so
 sees half a file. `rename` also moves directories; on a URL filesystem it moves file by file
 (buckets have no directories; `ram://` renames only the directory entry itself), JSON and
 `checkpoint` index files last so a reader that finds them finds the rest. `replace_dir` swaps a
-finished temporary directory in for an older one.
+finished temporary directory in for an older one. The one write that is not atomic is
+`open_write`, a stream for a file that grows while it is read (TensorBoard's event files).
 """
 import glob as _glob
 import importlib.util
@@ -199,6 +200,19 @@ def write_bytes_atomic(path, data: bytes) -> None:
 
 def write_text_atomic(path, text: str, encoding="utf-8") -> None:
     write_bytes_atomic(path, text.encode(encoding))
+
+
+def open_write(path):
+    """A new binary file object to stream into `path` (parents created); not atomic: for a file
+    that grows while it is read, a TensorBoard event file (training/summaries.py). `flush()`
+    makes what was written visible (on a bucket, uploaded)."""
+    path = os.fspath(path)
+    parent, _ = _split(path)
+    if parent:
+        makedirs(parent)
+    if is_url(path):
+        return _gfile(path).GFile(path, "wb")
+    return open(path, "wb")
 
 
 def remove(path) -> None:

@@ -1,8 +1,11 @@
 """The protobuf wire format in plain Python: enough to decode `tf.train.Example`s
 (data/tfrecord_io.py) and TensorFlow checkpoint index entries (model/tensor_bundle.py) where
-TensorFlow is not installed, and to encode the shard builders' examples without a protobuf object
-per example (data/shard_writer.py). Reading a truncated buffer raises IndexError, an unknown wire
-type ValueError."""
+TensorFlow is not installed, to encode the shard builders' examples without a protobuf object
+per example (data/shard_writer.py) and TensorBoard's `Event`s (training/summaries.py); and the
+TFRecord framing around a record (length, masked CRC32C of the length, the record, its masked
+CRC32C), which TensorBoard's readers check. Reading a truncated buffer raises IndexError, an
+unknown wire type ValueError."""
+import struct
 
 
 def varint(buf, pos):
@@ -52,6 +55,28 @@ def encode_varint(value):
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def key(number, wire):
+    """The key of field `number` with wire type `wire` (0 varint, 1 fixed64, 2 length-delimited,
+    5 fixed32)."""
+    return encode_varint(number << 3 | wire)
+
+
+def varint_field(number, value):
+    """A varint field (int32/int64/enum/bool; a negative int takes ten bytes, as int64 does)."""
+    return key(number, 0) + encode_varint(value & 0xFFFFFFFFFFFFFFFF)
+
+
+def bytes_field(number, payload):
+    """A length-delimited field: bytes, a UTF-8 string (str) or an encoded message."""
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    return key(number, 2) + encode_varint(len(payload)) + payload
+
+
+def double_field(number, value):
+    return key(number, 1) + struct.pack("<d", value)
 
 
 def packed_varints(values):
@@ -112,3 +137,43 @@ def unpack_varint_rows(payload, offsets, length):
     parts = (buf & 0x7F).astype(np.uint64) << (7 * shift).astype(np.uint64)
     values = np.add.reduceat(parts, starts)            # disjoint bits: the sum is the OR
     return values.view(np.int64).reshape(rows, length)
+
+
+# TFRecord framing: what tf.io.TFRecordWriter writes around each record, and TensorBoard's event
+# files use. CRC32C (Castagnoli) in plain Python: a table lookup per byte, for the small records
+# written here (TensorBoard events); the shard builders frame with TensorFlow.
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    """The CRC32C of `data` (bytes)."""
+    crc = 0xFFFFFFFF
+    table = _CRC32C_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data):
+    """TFRecord's masked CRC32C: rotated right by 15 bits plus a constant."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecord_frame(record):
+    """`record` (bytes) in TFRecord framing: uint64 length, masked CRC32C of those 8 bytes, the
+    record, its masked CRC32C (little-endian)."""
+    length = struct.pack("<Q", len(record))
+    return (length + struct.pack("<I", masked_crc32c(length)) + record
+            + struct.pack("<I", masked_crc32c(record)))

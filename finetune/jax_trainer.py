@@ -22,6 +22,11 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
   `host_batches`, data/pretraining_arrays.array_batches);
 * precision: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32 weights); mixed_float16 (loss
   scaling) is TensorFlow-only.
+
+TensorBoard: each trial's scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/` as on
+TensorFlow (train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every
+log window; each dev set's metrics under dev_<key>/ at the trial's last step), written by
+training/summaries.py without TensorFlow.
 """
 from __future__ import annotations
 
@@ -38,7 +43,8 @@ def random_encoder_weights(config, seed):
     init baseline's start weights (every trial starts from the same encoder, as on TensorFlow)."""
     import keras
     from model import ConvBertModel
-    keras.utils.set_random_seed(seed)
+    from training.seeds import set_random_seed
+    set_random_seed(seed)
     model = ConvBertModel(config)
     ones = np.ones((1, 8), np.int32)
     model({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
@@ -127,15 +133,16 @@ class JaxFinetuner:
     def start(self, encoder_weights, seed):
         """A trial: encoder <- `encoder_weights` ({official name: array}), the head drawn from
         `seed`, optimizer state (Adam moments, iterations) zeroed."""
-        import keras
-        keras.utils.set_random_seed(seed)
+        from training.seeds import set_random_seed
+        set_random_seed(seed)
         assign_encoder_weights(self.encoder, encoder_weights)
         reinitialize_head(self.head)
         self.core.reset()
 
-    def train(self, features, hp=None, seed=0, label=""):
+    def train(self, features, hp=None, seed=0, label="", writer=None):
         """hp's epochs (capped by max_train_steps) on `features` (hp: this task's, default the
-        constructor's; its COMPILED_HPARAMS must match); {steps, final_loss, seconds}."""
+        constructor's; its COMPILED_HPARAMS must match); {steps, final_loss, seconds}. writer: a
+        training/summaries.py ScalarWriter for the train/ scalars (None: none)."""
         import dataclasses
         hp = hp or self.hp
         inputs = self._train_inputs(features)
@@ -153,7 +160,7 @@ class JaxFinetuner:
                  f"{hp.learning_rate:g}, warm-up {settings.warmup(steps)} steps, layer-wise "
                  f"decay {hp.layerwise_lr_decay}; JAX)")
         started = time.time()
-        summary = self.core.fit_task(train_step=self.train_step)
+        summary = self.core.fit_task(train_step=self.train_step, writer=writer)
         final = summary["final"] or {}
         return {"steps": steps, "final_loss": final.get("loss", float("nan")),
                 "seconds": time.time() - started, "history": summary["history"]}
@@ -198,7 +205,8 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
     """`hp.num_trials` trials of `task` from features: train on `train` (arrays; None: no
     training), write each dev set's predictions and metrics (and the trials summary) under
     `<model_dir>/results/` exactly as the TensorFlow run names them (the writers of
-    finetune/glue_task.py); returns {eval key: [metrics per trial]}.
+    finetune/glue_task.py), and each trial's TensorBoard scalars (train/, dev_<key>/) to its
+    `trial.log_dir`; returns {eval key: [metrics per trial]}.
 
     `evals`: [(result key, arrays, guids)]; `encoder_weights`: {official name: array}.
     `predicts`: [(submission stem, arrays, guids)] of test sets: the predictions of the trial
@@ -208,18 +216,27 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
     import os
     from finetune.glue_task import (choose_test_predictions, save_finetuned_model,
                                     to_predictions, write_dev_results, write_trials_summaries)
+    from training.summaries import ScalarWriter
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)
     results = {key: [] for key, _, _ in evals}
     test_predictions = []
     for trial in trials(hp, task, model_dir):
-        finetuner.start(encoder_weights, trial.seed)
-        if train is not None:
-            finetuner.train(train, hp, seed=trial.seed, label=trial.label)
-        for key, arrays, guids in evals:
-            logits = finetuner.predict(arrays, hp.eval_batch_size)
-            results[key].append(write_dev_results(task, key, guids, logits, arrays["label_ids"],
-                                                  model_dir, hp, trial, log=log))
+        writer = ScalarWriter(trial.log_dir)
+        try:
+            finetuner.start(encoder_weights, trial.seed)
+            steps = 0
+            if train is not None:
+                steps = finetuner.train(train, hp, seed=trial.seed, label=trial.label,
+                                        writer=writer)["steps"]
+            for key, arrays, guids in evals:
+                logits = finetuner.predict(arrays, hp.eval_batch_size)
+                metrics = write_dev_results(task, key, guids, logits, arrays["label_ids"],
+                                            model_dir, hp, trial, log=log)
+                results[key].append(metrics)
+                writer.write(metrics, steps, prefix=f"dev_{key}/")
+        finally:
+            writer.close()
         if predicts:   # the eval batch size: the compiled predict step serves both
             test_predictions.append([
                 (stem, guids, to_predictions(task, finetuner.predict(arrays, hp.eval_batch_size)))

@@ -78,11 +78,11 @@ def trials(hp, task: str, model_dir: str) -> Iterable[Trial]:
     """The `hp.num_trials` trials of `task` (trial k uses seed hp.seed + k - 1). The global Keras
     seed is set to each trial's seed just before the trial is yielded, so the head initialisation
     and dropout of trial k do not depend on what earlier trials did."""
-    import keras
+    from training.seeds import set_random_seed
     several = hp.num_trials > 1
     for number in range(1, hp.num_trials + 1):
         seed = hp.seed + number - 1
-        keras.utils.set_random_seed(seed)
+        set_random_seed(seed)   # keras.utils' without importing TensorFlow on JAX
         suffix = f"_trial{number}" if several else ""
         label = f"{task} trial {number}/{hp.num_trials}" if several else task
         yield Trial(number, seed, label, suffix,
@@ -216,8 +216,8 @@ class Trainer:
                     trial_label: Optional[str] = None):
         """Reset for another trial on the same variables, so the traced steps are reused:
         encoder weights <- `encoder_weights` ({official name: array}, the checkpoint), a fresh
-        head initialisation (from the global Keras seed; call keras.utils.set_random_seed
-        first) and a zeroed optimizer state (step 0, Adam moments 0)."""
+        head initialisation (from the global Keras seed; call training/seeds.py
+        `set_random_seed` first) and a zeroed optimizer state (step 0, Adam moments 0)."""
         from training.summaries import ScalarWriter
         assign_encoder_weights(self.encoder, encoder_weights)
         reinitialize_head(self.head)

@@ -145,9 +145,9 @@ class LanguageModelTask(Task):
         self.step = None      # the core's step variable (make_core), for the held-out curve
 
     def build(self):
-        import keras
         from lm.model import ConvBertLM
-        keras.utils.set_random_seed(self.hp.seed)
+        from training.seeds import set_random_seed
+        set_random_seed(self.hp.seed)
         self.model = ConvBertLM(self.config)
         return self.model
 

@@ -9,13 +9,15 @@ its loss denominators, window metrics and exports, keras.ops only), the same opt
 settings (training/settings.py, `pretrain.hparams.train_settings`), trained by the JAX training
 core (training/jax_core.py: `steps_per_loop` steps per compiled call with the state donated and
 the learning rate computed on the device, input prefetched to the device, DataParallel over the
-local devices, safetensors checkpoints with exact resume, the progress line and summary). The
-input is the task's `host_batches`: our TFRecord shards read by `data/tfrecord_io.py`, no
-tf.data. On an accelerator set `--steps_per_loop` to the log interval (one host read per log
-line).
+local devices, safetensors checkpoints with exact resume, the progress line and summary, and
+TensorBoard scalars in `<model_dir>/train/` as on TensorFlow: loss, gen_loss, gen_accuracy,
+disc_loss, disc_accuracy, disc_auc, learning_rate, grad_norm, sequences_per_second, written by
+training/summaries.py without TensorFlow). The input is the task's `host_batches`: our TFRecord
+shards read by `data/tfrecord_io.py`, no tf.data. On an accelerator set `--steps_per_loop` to
+the log interval (one host read per log line).
 
 Precision: fp32 or bf16 (mixed_bfloat16: bf16 compute, fp32 weights). Not here (TensorFlow path
-only): TensorBoard scalars, mixed_float16 (loss scaling), multi-host, sequence-length phases.
+only): mixed_float16 (loss scaling), multi-host, sequence-length phases.
 Embedding gradients are dense on JAX, so the clip norm counts a token seen twice once (the TF
 path keeps IndexedSlices and counts it twice, as the official code): a rounding-level difference
 at clip time.
@@ -31,6 +33,7 @@ from training.loop import TrainingError
 
 CHECKPOINT_DIR = "jax_checkpoints"
 SUMMARY_FILE = "pretraining_summary.json"
+LOG_DIR = "train"        # TensorBoard, as pretrain/task.py's `<model_dir>/train`
 __all__ = ["pretrain_jax", "pretraining_core"]
 
 
@@ -65,6 +68,7 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     return core.fit_task(
         checkpoint_dir=os.path.join(model_dir, CHECKPOINT_DIR), export_dir=model_dir,
         summary_path=os.path.join(model_dir, SUMMARY_FILE),
+        log_dir=os.path.join(model_dir, LOG_DIR),
         summary_extra={"model_name": hp.model_name, "model_size": hp.model_size,
                        "model_dir": model_dir, "max_seq_length": hp.max_seq_length,
                        "discriminator": os.path.join(model_dir, "discriminator"),

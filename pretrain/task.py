@@ -83,10 +83,10 @@ class PretrainingTask(Task):
 
     # ------------------------------------------------------------------ models and state
     def build(self):
-        import keras
         from pretrain.electra_pretrainer import ElectraPretrainer
+        from training.seeds import set_random_seed
         hp = self.hp
-        keras.utils.set_random_seed(hp.seed)
+        set_random_seed(hp.seed)   # keras.utils' without importing TensorFlow on JAX
         self.pretrainer = ElectraPretrainer(
             self.disc_config, self.gen_config, electra_objective=hp.electra_objective,
             mask_prob=hp.mask_prob, max_predictions_per_seq=hp.max_predictions_per_seq,

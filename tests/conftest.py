@@ -43,6 +43,32 @@ SLOW_MODULES = (
 )
 
 
+# `python -c TENSORFLOW_WATCH script.py ARGS...` runs a command-line tool where TensorFlow IS
+# importable, for the Keras-on-JAX path, which must never import it anyway (issue #50: Keras'
+# own `set_random_seed` imports it wherever it is installed). If the tool imported it, the
+# process ends with status 3 and the stack of the first `import tensorflow` on stderr. It checks
+# `"tensorflow" in sys.modules`, so tests/zygote.py gives it a fresh interpreter (a fork would
+# inherit the zygote's modules).
+TENSORFLOW_WATCH = r"""
+import os, runpy, sys, traceback
+first = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorflow", "tensorflow_text") and not first:
+            first.append(name + ":\n" + "".join(traceback.format_stack()[:-1]))
+        return None
+sys.meta_path.insert(0, Watch())
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    if "tensorflow" in sys.modules:
+        print("error: tensorflow was imported, first " + (first[0] if first else "?"),
+              file=sys.stderr, flush=True)
+        os._exit(3)
+"""
+
+
 _SHARED_REGISTRY = pytest.StashKey[bool]()
 _OWN_JAX_CACHE = pytest.StashKey[str]()
 

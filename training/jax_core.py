@@ -38,13 +38,16 @@ pace:
   base/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
   batches);
 * the loop: TensorFlow's own host loop, training/loop.py (non-finite guard, progress line with
-  the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON).
+  the task's window summary, lr, seq/s, elapsed and ETA, saves, history, the summary JSON), and
+  its TensorBoard scalars (`fit_task(log_dir=...)` or a caller's `writer`: training/summaries.py
+  writes them without TensorFlow, the tags TensorFlow's core writes, the task's
+  `scalar_prefix`).
 
 `fit_task` reads as its four parts: `_restore`, `_train` (the loop, with `_save` at its save
 points), then the final values assigned and `export`. `make_step` takes a Keras model and a
 `loss_and_metrics(outputs, batch)` function instead of a Task: the same program, for
-benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core; not here: TensorBoard,
-loss scaling (mixed_float16).
+benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core; not here: loss scaling
+(mixed_float16).
 """
 import os
 import time
@@ -297,28 +300,38 @@ class JaxTrainingCore:
 
     def fit_task(self, checkpoint_dir=None, export_dir=None, summary_path=None,
                  summary_extra=None, started_at=None, train_step=None, after_save=None,
-                 checkpoint_every=None):
+                 checkpoint_every=None, log_dir=None, writer=None):
         """Train the built task from the newest checkpoint of `checkpoint_dir` (or step 0) to
         settings.total_steps; `task.export(export_dir)` at the end, with the trained values
         assigned back to the variables. train_step: a `task_step()` to reuse (one is compiled
         otherwise). after_save(step): called at every save point (every `save_every` steps and
         at the end, with or without a `checkpoint_dir`) with the current values assigned to the
         variables (held-out curves). checkpoint_every: write the checkpoint only at save points
-        that are a multiple of it (and at the end); after_save still sees every save point."""
+        that are a multiple of it (and at the end); after_save still sees every save point.
+        log_dir: TensorBoard scalars of every log window there (None: none), or `writer`, a
+        training/summaries.py ScalarWriter the caller keeps open (fine-tuning adds its dev
+        scalars to it), as TensorFlow's `TrainingCore.fit`."""
         import jax
+        from training.summaries import ScalarWriter
         task = self.task
         started_at = time.time() if started_at is None else started_at
         program = train_step or self.task_step()
         step, examples, last_saved = self._restore(checkpoint_dir)
         state = self.train_state(step)
+        own_writer = writer is None
+        if own_writer:
+            writer = ScalarWriter(log_dir)
         try:
             state, result = self._train(program, state, examples, last_saved, checkpoint_dir,
-                                        after_save, checkpoint_every, label=task.label or self.label)
+                                        after_save, checkpoint_every,
+                                        label=task.label or self.label, writer=writer)
         finally:
             # The newest values the run reached (also when it stopped on an error or a signal),
             # unless a failed call consumed them.
             if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):
                 self._assign(state)
+            if own_writer:
+                writer.close()
         if export_dir is not None:
             task.export(export_dir)
         summary = run_summary(self.settings, result, started_at, self.num_params, extra={
@@ -418,9 +431,10 @@ class JaxTrainingCore:
         return step, examples, last_saved
 
     def _train(self, program, state, examples, last_saved, checkpoint_dir, after_save,
-               checkpoint_every, label):
+               checkpoint_every, label, writer=None):
         """The host loop (training/loop.py) over `program` from `state`: (final state, LoopResult).
-        Blocks come from the task's `host_batches` through a BlockPrefetcher."""
+        Blocks come from the task's `host_batches` through a BlockPrefetcher; `writer`: the
+        TensorBoard scalars (a ScalarWriter; None: none)."""
         import jax
         from training.device_input import BlockPrefetcher, block_sharding
         s = self.settings
@@ -455,7 +469,8 @@ class JaxTrainingCore:
             result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
                               describe=self.task.describe, schedule=self.schedule,
                               save=save if saving else None, last_saved=last_saved,
-                              log=self.log, label=label)
+                              log=self.log, label=label, writer=writer,
+                              scalar_prefix=self.task.scalar_prefix)
         finally:
             blocks.close()
             state = current["state"]

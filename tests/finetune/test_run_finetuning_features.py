@@ -3,9 +3,11 @@ Keras-on-JAX in a process where `import tensorflow` fails, against the TensorFlo
 GLUE TSVs (../shared/data/glue, skipped when absent).
 
 One features directory (MRPC + STS-B, 32 tokens, 64 training examples, train/dev/test) is shared
-by the module. The JAX run (tensorflow and tensorflow_text made unimportable) and the TensorFlow
-run (--data_dir) of the same tiny model and hparams run side by side; both must write the same
-results files. The bad-input cases stop before any model work (a few seconds each).
+by the module. The JAX run and the TensorFlow run (--data_dir) of the same tiny model and hparams
+run side by side; both must write the same results files and TensorBoard tags. That JAX run has
+TensorFlow importable and must not import it (tests/conftest.py TENSORFLOW_WATCH); the other JAX
+runs have tensorflow and tensorflow_text made unimportable. The bad-input cases stop before any
+model work (a few seconds each).
 """
 import csv
 import json
@@ -19,7 +21,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, shared_path
+from tests.conftest import REPO_ROOT, TENSORFLOW_WATCH, shared_path
 
 TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
               "num_attention_heads": 2, "intermediate_size": 64, "num_groups": 1}
@@ -52,10 +54,10 @@ def env(backend):
                 KERAS_BACKEND=backend, JAX_PLATFORMS="cpu")
 
 
-def start_driver(args, backend):
-    """run_finetuning.py in a subprocess (started, not waited for)."""
+def start_driver(args, backend, program=NO_TF_DRIVER):
+    """run_finetuning.py in a subprocess (started, not waited for); on JAX run by `program`."""
     if backend == "jax":
-        command = [sys.executable, "-c", NO_TF_DRIVER, str(REPO_ROOT / "run_finetuning.py")]
+        command = [sys.executable, "-c", program, str(REPO_ROOT / "run_finetuning.py")]
     else:
         command = [sys.executable, str(REPO_ROOT / "run_finetuning.py")]
     return subprocess.Popen(command + [str(a) for a in args], cwd=REPO_ROOT, env=env(backend),
@@ -120,8 +122,8 @@ def features(tmp_path_factory, glue_dir, vocab):
 @pytest.fixture(scope="module")
 def both_runs(tmp_path_factory, features, glue_dir, vocab):
     """{backend: (model_dir, process)}: the same tasks, hparams and 2 trials with --do_predict,
-    from the features on JAX (without --vocab_file and --data_dir) and from the TSVs on
-    TensorFlow, side by side."""
+    from the features on JAX (without --vocab_file and --data_dir; TensorFlow importable, exit
+    status 3 had it been imported) and from the TSVs on TensorFlow, side by side."""
     root = tmp_path_factory.mktemp("runs")
     procs = {
         "tensorflow": start_driver(common_args(
@@ -129,7 +131,7 @@ def both_runs(tmp_path_factory, features, glue_dir, vocab):
             num_trials=2) + ["--do_predict"], "tensorflow"),
         "jax": start_driver(common_args(
             root / "jax", features_dir=features, task_names=",".join(TASKS), num_trials=2)
-            + ["--do_predict"], "jax"),
+            + ["--do_predict"], "jax", program=TENSORFLOW_WATCH),
     }
     return {backend: (root / ("tf" if backend == "tensorflow" else "jax"), finish(proc))
             for backend, proc in procs.items()}
@@ -179,6 +181,37 @@ def test_jax_run_writes_what_the_tensorflow_run_writes(both_runs, glue_dir):
         summaries = [json.loads((d / "results" / f"{task}_dev_summary.json").read_text())
                      for d in (tf_dir, jax_dir)]
         assert set(summaries[0]["summary"]) == set(summaries[1]["summary"])
+
+
+def tensorboard_scalars(log_dir):
+    """{run directory: {tag: [steps]}} of the event files under `log_dir`, read by TensorBoard's
+    own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    runs = {}
+    for run in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+        reader = EventAccumulator(str(run), size_guidance={"tensors": 0})
+        reader.Reload()
+        runs[run.name] = {tag: [e.step for e in reader.Tensors(tag)]
+                          for tag in reader.Tags()["tensors"]}
+        assert {reader.SummaryMetadata(t).plugin_data.plugin_name
+                for t in runs[run.name]} == {"scalars"}
+    return runs
+
+
+def test_jax_run_never_imports_tensorflow_and_writes_tensorflows_scalars(both_runs):
+    """Issue #50: TensorFlow importable, never imported; per trial the TensorBoard tags and steps
+    of the TensorFlow run (train/ every step, dev_<task>/ at the last step), written without
+    TensorFlow."""
+    pytest.importorskip("tensorboard")
+    (tf_dir, _), (jax_dir, jax_proc) = both_runs["tensorflow"], both_runs["jax"]
+    assert jax_proc.returncode == 0 and "tensorflow was imported" not in jax_proc.stderr
+    jax_runs = tensorboard_scalars(jax_dir / "tensorboard")
+    assert jax_runs == tensorboard_scalars(tf_dir / "tensorboard")
+    assert sorted(jax_runs) == [f"{t}_trial{k}" for t in TASKS for k in (1, 2)]
+    assert jax_runs["mrpc_trial1"]["train/loss"] == [1, 2, 3]
+    assert {"train/learning_rate", "train/grad_norm", "train/sequences_per_second",
+            "dev_mrpc/accuracy"} <= set(jax_runs["mrpc_trial1"])
+    assert jax_runs["sts_trial2"]["dev_sts/spearman"] == [3]
 
 
 def test_jax_leaderboard_files(both_runs, glue_dir):

@@ -1,6 +1,8 @@
 """Pre-training on Keras-on-JAX (pretrain/jax_trainer.py) through run_pretraining.py with
 KERAS_BACKEND=jax, in subprocesses where importing TensorFlow fails: it trains, exports, resumes
-exactly, and 2 virtual CPU devices (DataParallel) give the one-device losses within 1e-5."""
+exactly, and 2 virtual CPU devices (DataParallel) give the one-device losses within 1e-5. The
+first run is where TensorFlow IS importable: the JAX path never imports it all the same, and its
+TensorBoard scalars (written without TensorFlow) read back with TensorBoard's own reader."""
 import json
 import os
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.conftest import TENSORFLOW_WATCH
 from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
     REPO, driver_cmd, driver_env, read_summary, tiny_data, tiny_hparams)
 
@@ -27,13 +30,13 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def run_jax(data, model_dir, *flags, devices=1):
+def run_jax(data, model_dir, *flags, devices=1, program=NO_TF):
     cmd = driver_cmd(data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
                      *flags)
     if devices > 1:
         cmd.append(f"--num_cpu_devices={devices}")
     env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
-    proc = subprocess.run([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
+    proc = subprocess.run([sys.executable, "-c", program, *cmd[1:]], cwd=str(REPO), env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
@@ -45,9 +48,43 @@ def losses(model_dir):
 
 @pytest.fixture(scope="module")
 def one_device(tiny_data, tmp_path_factory):  # noqa: F811
+    """The reference run, where TensorFlow is importable (exit status 3 had it been imported)."""
     model_dir = tmp_path_factory.mktemp("jax_one") / "model"
-    proc = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=2")
+    proc = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=2",
+                   program=TENSORFLOW_WATCH)
     return model_dir, proc
+
+
+def test_tensorflow_is_never_imported(one_device):
+    """Issue #50: not even where it is installed (Keras' set_random_seed imports it; the toolkit
+    seeds through training/seeds.py)."""
+    proc = one_device[1]
+    assert proc.returncode == 0 and "tensorflow was imported" not in proc.stderr
+    import importlib.util
+    assert importlib.util.find_spec("tensorflow") is not None   # it was there to import
+
+
+def test_tensorboard_scalars(one_device):
+    """<model_dir>/train/ as on TensorFlow: every record of the summary's history, tag by tag,
+    read by TensorBoard's own reader (training/summaries.py writes it without TensorFlow)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+    model_dir = one_device[0]
+    history = read_summary(model_dir)["history"]
+    reader = EventAccumulator(str(model_dir / "train"), size_guidance={"tensors": 0})
+    reader.Reload()
+    tags = set(reader.Tags()["tensors"])
+    assert tags == {"loss", "gen_loss", "gen_accuracy", "disc_loss", "disc_accuracy", "disc_auc",
+                    "learning_rate", "grad_norm", "sequences_per_second"}
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    for tag in tags:
+        written = [h for h in history if np.isfinite(h[tag])]   # a NaN (AUC) is left out
+        events = reader.Tensors(tag)
+        assert [e.step for e in events] == [h["step"] for h in written], tag
+        np.testing.assert_allclose([float(tensor_util.make_ndarray(e.tensor_proto))
+                                    for e in events], [h[tag] for h in written], rtol=1e-6)
+        assert reader.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
 
 
 def test_trains_exports_and_summarizes(one_device):
