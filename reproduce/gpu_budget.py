@@ -2,7 +2,7 @@
 and how fast it trains, in one short run on one GPU without TensorFlow (docs/GPU.md).
 
     KERAS_BACKEND=jax python -m reproduce.gpu_budget --bundle_dir=gpu_bundle --output_dir=OUT \
-        [--budget_s=330] [--work_dir=runs/gpu_budget] [--fresh] [--smoke]
+        [--budget_s=470] [--work_dir=runs/gpu_budget] [--fresh] [--smoke]
 
 Input: the bundle (`bash scripts/gpu_bundle.sh`, reproduce/gpu_bundle.py): pre-training examples
 as arrays (data/pretraining_arrays.py; the held-out shard apart) and the tokenized GLUE features
@@ -29,7 +29,8 @@ import time
 
 from base import fileio
 from reproduce import gpu_report
-from reproduce.gpu_plan import LOOP_OVERHEAD, finetune_seed_seconds, plan_budget  # noqa: F401
+from reproduce.gpu_plan import (DEFAULT_BUDGET_S, LOOP_OVERHEAD,  # noqa: F401
+                                REPORT_RESERVE_S, finetune_trial_seconds, plan_budget)
 from reproduce.gpu_recipe import (GPU_BUDGET, PRETRAINED, SMOKE, GpuRecipe,  # noqa: F401
                                   schedule_text)
 from reproduce.gpu_stages import (ArrayPretrainingTask, Finetuning, GpuModels,  # noqa: F401
@@ -121,25 +122,33 @@ class GpuRun:
         self.work.write_json(saved, tp)
         return tp, step_s
 
-    def plan(self, throughput, finetune_round_s):
-        """The plan (gpu_plan.plan_budget) from the time left now, or the first run's."""
+    def plan(self, throughput, trial_s):
+        """The plan (gpu_plan.plan_budget) from the time left now, or the first run's; `trial_s`:
+        {(model, task): estimated seconds of one full-length trial}."""
         path = self.work.plan_path
         if fileio.exists(path):
             plan = self.work.read_json(path)
             self.log(f"plan from {path}: {plan['steps']} steps per model")
             return plan
         heldout_s = throughput.get("heldout_eval_s", 0.0)
-        plan = plan_budget(self.left(), finetune_round_s,
+        seed_s = sum(trial_s.values())
+        left = self.left()
+        plan = plan_budget(left, seed_s,
                            sum(throughput["models"][m]["step_ms"] for m in PRETRAINED) / 1e3,
                            self.recipe, heldout_s)
         plan.update(step_ms={m: throughput["models"][m]["step_ms"] for m in PRETRAINED},
                     heldout_eval_s=heldout_s, loop_overhead=LOOP_OVERHEAD,
-                    finetune_round_seconds_estimated=round(finetune_round_s, 1),
-                    decided_at_s=round(self.clock.elapsed(), 1))
+                    finetune_round_seconds_estimated=round(seed_s, 1),
+                    decided_at_s=round(self.clock.elapsed(), 1), left_s=round(left, 1))
         self.work.write_json(path, plan)
-        self.log(f"plan: {plan['steps']} pre-training steps per model; fine-tuning at "
-                 f"{plan['finetune_step_fraction']:.2f} of the official steps (one seed of "
-                 f"every model x task estimated at {finetune_round_s:.0f}s at full length)")
+        self.log(f"plan: {plan['steps']:,} pre-training steps per model at the timed rate; "
+                 f"fine-tuning {plan['seeds']} seed(s) at "
+                 + ("the official length" if plan["finetune_step_fraction"] >= 1.0 else
+                    f"{plan['finetune_step_fraction']:.2f} of the official steps")
+                 + f" (one seed of every model x task estimated at {seed_s:.0f}s at full length)"
+                 + ("" if not plan["estimate"] else
+                    f"; estimated to end at {self.clock.elapsed() + plan['estimate']['end_s']:.0f}s"
+                    f" of the {self.budget_s:.0f}s budget"))
         return plan
 
     # -------------------------------------------------------------- all stages
@@ -153,18 +162,20 @@ class GpuRun:
         tp, finetune_step_s = self.timings(models, inputs)
         self.results["throughput"] = tp
         self.report()
-        plan = self.results["plan"] = self.stage("plan", lambda: self.plan(
-            tp, finetune_seed_seconds(inputs.task_sizes(), finetune_step_s, self.recipe,
-                                      MODELS)))
+        trial_s = finetune_trial_seconds(inputs.task_sizes(), finetune_step_s, self.recipe,
+                                         MODELS)
+        plan = self.results["plan"] = self.stage("plan", lambda: self.plan(tp, trial_s))
         self.results["pretraining"] = {}
         pretraining = Pretraining(models, inputs, self.work, self.log)
         for model in PRETRAINED:
             self.results["pretraining"][model] = self.stage(
                 f"pretrain_{model}", lambda m=model: pretraining.run(m, plan["steps"]))
             self.report()
-        finetuning = Finetuning(models, inputs, self.work, self.log,
-                                fraction=plan.get("finetune_step_fraction", 1.0))
-        self.stage("finetune", lambda: finetuning.run(self.left, self.report))
+        fraction = plan.get("finetune_step_fraction", 1.0)
+        finetuning = Finetuning(models, inputs, self.work, self.log, fraction=fraction,
+                                trial_seconds={k: v * fraction for k, v in trial_s.items()})
+        self.stage("finetune", lambda: finetuning.run(
+            lambda: self.left() - REPORT_RESERVE_S, self.report))
         self.report()
         self.log(f"done in {self.clock.elapsed():.0f}s")
         return self.check_outputs()
@@ -193,9 +204,10 @@ def main(argv=None):
     ap.add_argument("--fresh", action="store_true",
                     help="remove the work folder's plan, checkpoints and results first (a "
                          "folder of another run is refused otherwise)")
-    ap.add_argument("--budget_s", type=float, default=330.0,
-                    help="wall seconds for the whole run (default 330: <= 6 minutes with "
-                         "start-up on one H100)")
+    ap.add_argument("--budget_s", type=float, default=DEFAULT_BUDGET_S,
+                    help=f"wall seconds for the run (default {DEFAULT_BUDGET_S:.0f}: one "
+                         "command of at most 9 minutes on a GPU machine started cold, "
+                         "reproduce/gpu_plan.py)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="tiny model, a few steps (CPU check)")
     ap.add_argument("--jax_cache_dir", default=None, help=JAX_CACHE_HELP)

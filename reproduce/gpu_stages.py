@@ -310,11 +310,12 @@ class Pretraining:
 class Finetuning:
     """ConvBERT, ELECTRA and random init on every task, seeds in rounds (seed 1 of every model x
     task, then seed 2, ...) while the budget lasts; each trial's dev metrics are written as
-    run_finetuning.py writes them, so a rerun skips the trials done."""
+    run_finetuning.py writes them, so a rerun skips the trials done. `fraction`: of the official
+    steps (the plan's); `trial_seconds`: {(model, task): estimated seconds of one trial}."""
 
-    def __init__(self, models, inputs, work, log, fraction=1.0):
+    def __init__(self, models, inputs, work, log, fraction=1.0, trial_seconds=None):
         self.models, self.inputs, self.work, self.log = models, inputs, work, log
-        self.fraction = fraction
+        self.fraction, self.trial_seconds = fraction, trial_seconds or {}
         self._weights = {}
 
     def start_weights(self, model):
@@ -348,19 +349,28 @@ class Finetuning:
         self.log(f"{label}: dev " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
 
     def run(self, left, after_model):
-        """Every trial not done yet; a round of seeds starts only while `left()` seconds cover
-        the last round's wall. after_model(): called after each model's tasks (the report, so
-        what a cut-off run reached still comes back)."""
+        """Every trial not done yet, while the budget lasts: a round of seeds starts only while
+        `left()` seconds cover the last round's wall, a trial only while they cover its
+        estimate. after_model(): called after each model's tasks (the report, so what a cut-off
+        run reached still comes back). The number of seeds run."""
         round_seconds = None
         for trial in range(1, self.models.recipe.max_trials + 1):
             if trial > 1 and round_seconds is not None and round_seconds > left():
                 self.log(f"fine-tuning: {left():.0f}s left, a round of seeds took "
                          f"{round_seconds:.0f}s: stopping after {trial - 1} seed(s)")
-                break
+                return trial - 1
             start = time.time()
             for model in MODELS:
                 for task in self.models.tasks:
-                    if not fileio.exists(self.work.metrics_file(model, task, trial)):
-                        self.trial(model, task, trial)
+                    if fileio.exists(self.work.metrics_file(model, task, trial)):
+                        continue
+                    needs = self.trial_seconds.get((model, task), 0.0)
+                    if needs > left():
+                        self.log(f"fine-tuning: {left():.0f}s left, {model} {task} seed "
+                                 f"{trial} is estimated at {needs:.0f}s: stopping there")
+                        after_model()
+                        return trial - 1
+                    self.trial(model, task, trial)
                 after_model()
             round_seconds = time.time() - start
+        return self.models.recipe.max_trials

@@ -4,7 +4,7 @@
 # measure RTD throughput. Keras-on-JAX; `tensorflow` is never imported. Needs the bundle
 # (bash scripts/gpu_bundle.sh) and a Python with JAX; keras / optree / namex come from the
 # bundle's wheels when that Python lacks them (no network). Rerun the same command to resume.
-#   bash scripts/gpu_run.sh --output_dir=DIR [--budget_s=330] [--bundle_dir=gpu_bundle]
+#   bash scripts/gpu_run.sh --output_dir=DIR [--budget_s=470] [--bundle_dir=gpu_bundle]
 #                           [--work_dir=runs/gpu_budget] [--fresh] [--smoke]
 #                           [--compile_cache=jax_cache.tar.gz] [--jax_cache_dir=DIR|off]
 # The work folder belongs to one run (recipe, model, seed, bundle): --smoke's default is
