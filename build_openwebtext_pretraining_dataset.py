@@ -41,8 +41,8 @@ flags.DEFINE_boolean("dry_run", False, "With --runner: check the inputs and opti
 def main(argv):
     import tensorflow as tf
     from data.errors import DataError
-    from data.openwebtext import openwebtext_config
-    from data.pretraining_builder import build, format_summary
+    from data.build_engine import build
+    from data.pretraining_builder import format_summary, openwebtext_config
 
     overrides = dict(
         vocab_file=FLAGS.vocab_file or os.path.join(FLAGS.data_dir, "vocab.txt"),

@@ -60,7 +60,8 @@ def run(config, runner=None, beam_args=(), dry_run=False):
     `error: ...` and exits with status 1."""
     import tensorflow as tf
     from data.errors import DataError
-    from data.pretraining_builder import build, format_summary
+    from data.build_engine import build
+    from data.pretraining_builder import format_summary
     try:
         summary = build(config, runner, list(beam_args), dry_run)
     except (DataError, OSError, tf.errors.OpError) as e:  # e.g. an unwritable --output_dir

@@ -99,22 +99,3 @@ def read_archive(archive):
         reason = " ".join(str(e).split()) or type(e).__name__
         raise CorpusError(f"archive {archive}: not a valid .xz or tar.xz file{where}: "
                           f"{reason}") from None
-
-
-def build_openwebtext_pretraining_dataset(data_dir, config_overrides, tmp_dir=None):
-    """Builds shards from `<data_dir>/openwebtext/*.xz` with the local builder; returns its
-    summary. `config_overrides` are BuildConfig fields (vocab_file, output_dir, ...); corpus_dir,
-    corpus_format and blanks_separate_docs are set here. `tmp_dir` is ignored (archives are
-    streamed; it is kept for old callers).
-    """
-    del tmp_dir
-    from data.pretraining_builder import build_pretraining_dataset
-    return build_pretraining_dataset(openwebtext_config(data_dir, config_overrides))
-
-
-def openwebtext_config(data_dir, config_overrides):
-    """The BuildConfig of an OpenWebText build (either engine)."""
-    from data.pretraining_builder import BuildConfig
-    return BuildConfig(corpus_dir=os.path.join(str(data_dir), "openwebtext"),
-                       corpus_format="openwebtext", blanks_separate_docs=False,
-                       **config_overrides)

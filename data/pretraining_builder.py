@@ -77,6 +77,22 @@ class JobStats:
     temp_paths: list = dataclasses.field(default_factory=list)
 
 
+def openwebtext_config(data_dir, config_overrides):
+    """The BuildConfig of an OpenWebText build (either engine): `<data_dir>/openwebtext/*.xz`
+    (data/openwebtext.py reads them), every text member one document. `config_overrides` are
+    BuildConfig fields (vocab_file, output_dir, ...)."""
+    return BuildConfig(corpus_dir=os.path.join(str(data_dir), "openwebtext"),
+                       corpus_format="openwebtext", blanks_separate_docs=False,
+                       **config_overrides)
+
+
+def build_openwebtext_pretraining_dataset(data_dir, config_overrides, tmp_dir=None):
+    """Builds shards from `<data_dir>/openwebtext/*.xz` with the local processes; returns the
+    summary. `tmp_dir` is ignored (archives are streamed; it is kept for old callers)."""
+    del tmp_dir
+    return build_pretraining_dataset(openwebtext_config(data_dir, config_overrides))
+
+
 def check_config(config):
     """Cheap checks before any work; raises DataError with a one-line message."""
     if config.max_seq_length < MIN_SEQ_LENGTH:
@@ -470,34 +486,3 @@ def format_summary(summary):
             f"{summary['tokens']:,} tokens, "
             f"{100 * summary['two_segment_share']:.1f}% two-segment, "
             f"{len(summary['skipped_files'])} files skipped, {summary['seconds']:.1f}s")
-
-
-# --- engines ----------------------------------------------------------------------------------
-def _beam_builder():
-    """data.beam_builder, or a DataError saying how to install Apache Beam."""
-    try:
-        from data import beam_builder
-    except ImportError as e:
-        if "apache_beam" not in str(e):
-            raise
-        raise DataError("--runner needs Apache Beam, which is not installed: "
-                        "pip install -e '.[beam]'") from None
-    return beam_builder
-
-
-def build(config, runner=None, beam_args=(), dry_run=False):
-    """The build on the chosen engine: the local processes (`runner` None) or a Beam runner
-    (DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) with the Beam flags
-    `beam_args`. Returns the summary, or with `dry_run` (Beam only) a one-line description of
-    the pipeline that would run."""
-    if runner is None:
-        if beam_args:
-            raise DataError(f"unknown flag(s): {' '.join(beam_args)} (Apache Beam pipeline "
-                            "options need --runner)")
-        if dry_run:
-            raise DataError("--dry_run needs --runner (it builds a Beam pipeline without "
-                            "running it)")
-        return build_pretraining_dataset(config)
-    if dry_run:
-        return _beam_builder().dry_run(config, runner, beam_args)
-    return _beam_builder().build_with_beam(config, runner, beam_args)

@@ -234,7 +234,8 @@ def grid_from_run(task, run_dir, dev_features, width_list, depth_list, seq_len, 
 
 def load_dev_features(task, data_dir, vocab_file, max_seq_length, max_eval_examples=None):
     from data.tokenization import load_tokenizer
-    from finetune.glue_task import glue_features, load_glue_data
+    from finetune.features import convert_examples_to_features as glue_features
+    from finetune.glue.splits import load_glue_data
     from finetune.hparams import FinetuneHParams
     from finetune.console import UsageError
     if not fileio.isfile(vocab_file):

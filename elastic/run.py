@@ -140,7 +140,8 @@ def run(argv):
                          f"{keras.backend.backend()!r}")
     from data.tokenization import load_tokenizer
     from elastic.grid import grid_from_run
-    from finetune.glue_task import glue_features, load_glue_data
+    from finetune.features import convert_examples_to_features as glue_features
+    from finetune.glue.splits import load_glue_data
     data = load_glue_data(task, hp, args.data_dir, do_train=True, do_eval=not args.no_grid,
                           do_predict=False)
     tokenizer = load_tokenizer(args.vocab_file, do_lower_case=hp.do_lower_case)

@@ -110,10 +110,10 @@ test_mismatched + diagnostic (AX, when the download has it): the splits a fine-t
 `run_finetuning.py --features_dir=DIR` fine-tunes from them (train and dev; test with
 --do_predict), on Keras-on-JAX without TensorFlow too. Defaults are the fine-tuning ones
 (finetune/hparams.py), and the train split is read as a fine-tuning run reads it
-(finetune/glue_task.load_glue_data: the first --max_train_examples, then both sentence orders for
-MRPC/STS-B with --double_unordered). Every path may be on gs:// or ram:// (base/fileio.py). Bad input (unknown task or split, missing data
-file or vocab) stops with one line `error: ...` naming it, exit status 1, before anything is
-written.
+(finetune/glue/splits.py `load_glue_data`: the first --max_train_examples, then both sentence
+orders for MRPC/STS-B with --double_unordered). Every path may be on gs:// or ram://
+(base/fileio.py). Bad input (unknown task or split, missing data file or vocab) stops with one
+line `error: ...` naming it, exit status 1, before anything is written.
 """
 
 _CLI_FLAGS = None
@@ -167,7 +167,7 @@ def run_splits(task, split, data_dir):
     """The splits a fine-tuning run reads for `split`: MNLI's dev is dev_matched +
     dev_mismatched, its test test_matched + test_mismatched (+ diagnostic, AX, when `data_dir`
     has it); any other split as named."""
-    from finetune.glue_task import glue_eval_splits, glue_predict_splits
+    from finetune.glue.splits import glue_eval_splits, glue_predict_splits
     if task == "mnli" and split == "dev":
         return [name for _, name in glue_eval_splits(task)]
     if task == "mnli" and split == "test":
@@ -182,7 +182,7 @@ def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp,
     from finetune import feature_files
     from finetune.console import UsageError
     from finetune.glue.readers import read_examples, task_file
-    from finetune.glue_task import load_glue_data
+    from finetune.glue.splits import load_glue_data
     from base import fileio
     from data.errors import VocabError
 

@@ -41,7 +41,8 @@ def keras_backend(features_dir=None):
 def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train, do_eval,
                    do_predict):
     """{task: its examples}, every file read and checked (one-line errors naming the file)."""
-    from finetune import glue_task, squad_task
+    from finetune import squad_task
+    from finetune.glue.splits import load_glue_data
     task_data = {}
     for task in tasks:
         hp = base_hp.for_task(task)
@@ -49,8 +50,7 @@ def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
             task_data[task] = squad_task.load_squad_data(
                 task, hp, data_dir, train_file, predict_file, do_train, do_eval or do_predict)
         else:
-            task_data[task] = glue_task.load_glue_data(task, hp, data_dir, do_train, do_eval,
-                                                       do_predict)
+            task_data[task] = load_glue_data(task, hp, data_dir, do_train, do_eval, do_predict)
     return task_data
 
 

@@ -153,3 +153,106 @@ def test_language_model_builds_on_model_and_training_only():
     it, and it imports no other task package."""
     assert imports_of("model", {"lm"}) == []
     assert imports_of("lm", {"pretrain", "finetune", "reproduce", "elastic"}) == []
+
+
+# ------------------------------------------------------------------------------ import cycles
+def module_sources():
+    """{dotted module name: (source text, is a package's __init__)} of every toolkit package and
+    the top-level drivers."""
+    paths = list(python_files(*LAYER_OF)) + sorted(REPO_ROOT.glob("*.py"))
+    sources = {}
+    for path in paths:
+        parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        if package:
+            parts = parts[:-1]
+        sources[".".join(parts)] = (path.read_text(encoding="utf-8"), package)
+    return sources
+
+
+def import_graph(sources):
+    """{module: the modules of `sources` it imports}: every import statement, at module level or
+    inside a function (a lazy import is an arrow too). `from a import b` points at module a.b
+    when there is one, else at a (a name a's __init__ defines); relative imports are resolved."""
+    def known(name):
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, (source, package) in sources.items():
+        targets = set()
+        for node in ast.walk(ast.parse(source, module)):
+            if isinstance(node, ast.Import):
+                targets.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = module.split(".")[:len(module.split(".")) - (0 if package else 1)]
+                    anchor = anchor[:len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                targets.update(known(f"{base}.{alias.name}") for alias in node.names)
+        graph[module] = targets - {None, module}
+    return graph
+
+
+def import_cycles(graph):
+    """The import circles of `graph`: its strongly connected components of more than one module
+    (Tarjan's algorithm), each as sorted lines `a -> b` of the arrows inside it."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(f"{a} -> {b}" for a in component
+                                         for b in graph[a] & component))
+    return cycles
+
+
+def test_no_import_cycle_between_modules():
+    """Arrows point one way inside packages too: no two modules import each other, directly or
+    through others, at module level or inside a function (docs/ARCHITECTURE.md)."""
+    assert import_cycles(import_graph(module_sources())) == []
+
+
+def test_cycle_check_sees_lazy_package_and_relative_imports():
+    sources = {
+        "pkg": ("def __getattr__(name):\n    from pkg.core import Core\n    return Core\n", True),
+        "pkg.core": ("from pkg import CONSTANT\n", False),       # a name of pkg/__init__.py
+        "pkg.a": ("from pkg import b\n", False),                  # the module pkg.b
+        "pkg.b": ("def f():\n    from .a import x\n", False),     # lazy and relative
+        "pkg.c": ("import pkg.a\n", False),                       # one way: no circle
+    }
+    assert import_cycles(import_graph(sources)) == [["pkg -> pkg.core", "pkg.core -> pkg"],
+                                                    ["pkg.a -> pkg.b", "pkg.b -> pkg.a"]]
+    sources["pkg.constants"] = ("CONSTANT = 1\n", False)
+    sources["pkg.core"] = ("from pkg.constants import CONSTANT\n", False)   # one home for it
+    sources["pkg.b"] = ("def f():\n    import os\n", False)
+    assert import_cycles(import_graph(sources)) == []

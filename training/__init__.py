@@ -13,25 +13,8 @@ TensorBoard scalars and the run summary. See docs/ARCHITECTURE.md.
 """
 __all__ = ["DISTRIBUTION_FLAGS", "PRECISIONS", "Task", "TrainSettings", "TrainingCore", "TrainingError"]
 
-# The --precision values of every driver (Keras policies in training/core.py).
-PRECISIONS = ("fp32", "bf16", "mixed_float16")
-
-# The strategy flags of every driver (training/distribution.py): name -> (type, help).
-DISTRIBUTION_FLAGS = {
-    "distribution": (str, "one_device (default) | mirrored | multi_worker | tpu (implied by "
-                          "--tpu)."),
-    "tpu": (str, "TPU name, grpc://host:port or 'local' (on a TPU VM); selects TPUStrategy."),
-    "tpu_zone": (str, "GCE zone of --tpu (default: the TPU VM's metadata / gcloud config)."),
-    "gcp_project": (str, "GCP project of --tpu (default: the metadata / gcloud config)."),
-    "num_cpu_devices": (int, "With --distribution=mirrored and no GPU: split the CPU into this "
-                             "many logical devices (tests)."),
-}
-
-
-def define_distribution_flags(define_string, define_integer):
-    """Defines DISTRIBUTION_FLAGS with a driver's absl DEFINE_* functions."""
-    for name, (kind, help_text) in DISTRIBUTION_FLAGS.items():
-        (define_integer if kind is int else define_string)(name, None, help_text)
+# The drivers' shared flags (training/flags.py, pure Python): the package's names for them.
+from training.flags import DISTRIBUTION_FLAGS, PRECISIONS, define_distribution_flags  # noqa: E402,F401
 
 
 def __getattr__(name):

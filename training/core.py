@@ -44,7 +44,7 @@ from training.loop import TrainingError, run_loop, run_summary, steps_this_call
 from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
 
-from training import PRECISIONS
+from training.flags import PRECISIONS
 
 PRECISION_POLICIES = dict(zip(PRECISIONS, ("float32", "mixed_bfloat16", "mixed_float16")))
 

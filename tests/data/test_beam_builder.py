@@ -25,7 +25,8 @@ pytest.importorskip("apache_beam", reason="Apache Beam is not installed (pip ins
 import tensorflow as tf  # noqa: E402
 
 from data import beam_builder, pretraining_builder  # noqa: E402
-from data.pretraining_builder import SUMMARY_FILE, BuildConfig, build  # noqa: E402
+from data.build_engine import build  # noqa: E402
+from data.pretraining_builder import SUMMARY_FILE, BuildConfig  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
 
 SEQ = 32
@@ -116,7 +117,8 @@ def test_direct_runner_gives_the_local_builders_examples(inputs, tmp_path, lines
 
 
 def test_direct_runner_on_openwebtext_archives_streamed(inputs, tmp_path, monkeypatch):
-    from data.openwebtext import openwebtext_config, read_archive
+    from data.openwebtext import read_archive
+    from data.pretraining_builder import openwebtext_config
 
     def no_extraction(*args, **kwargs):
         raise AssertionError("an archive was extracted to disk")
@@ -140,7 +142,7 @@ def test_direct_runner_on_openwebtext_archives_streamed(inputs, tmp_path, monkey
 
 def test_any_tensorflow_filesystem(inputs, tmp_path):
     """Corpus, archives, vocab and output on TensorFlow's ram:// filesystem (as on gs://)."""
-    from data.openwebtext import openwebtext_config
+    from data.pretraining_builder import openwebtext_config
     root = f"ram://beam_{os.getpid()}_{tmp_path.name}"
     for local, remote in ((inputs["corpus"], f"{root}/corpus"),
                           (inputs["owt"], f"{root}/data/openwebtext")):
@@ -279,7 +281,7 @@ def test_missing_vocab(inputs, tmp_path):
 
 
 def _bad_owt(inputs, output_dir, **overrides):
-    from data.openwebtext import openwebtext_config
+    from data.pretraining_builder import openwebtext_config
     return openwebtext_config(inputs["bad_data_dir"], dict(
         vocab_file=str(inputs["vocab"]), output_dir=str(output_dir), max_seq_length=SEQ,
         num_shards=2, progress=False, **overrides))

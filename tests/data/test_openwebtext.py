@@ -2,7 +2,7 @@
 import io
 import tarfile
 
-from data.openwebtext import build_openwebtext_pretraining_dataset
+from data.pretraining_builder import build_openwebtext_pretraining_dataset
 from data.tokenization import Tokenizer
 from tests.data.helpers import read_examples
 

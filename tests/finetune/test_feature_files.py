@@ -85,7 +85,7 @@ def tokenizer(vocab):
 
 
 def expected_examples(glue, task, split, double=True, max_train=None):
-    """What a fine-tuning run reads (finetune/glue_task.load_glue_data)."""
+    """What a fine-tuning run reads (finetune/glue/splits.py load_glue_data)."""
     examples = read_examples(glue, task, split)
     if split == "train":
         examples = examples[:max_train] if max_train else examples
