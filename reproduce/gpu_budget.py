@@ -69,7 +69,6 @@ class GpuRun:
         self.bundle = read_bundle(bundle_dir)
         self.stage_seconds = {}
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
-                        "pretrain_lr_schedule": recipe.lr_schedule(),
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
         try:
             self.work.claim(self.bundle, seed, fresh=fresh)
@@ -165,6 +164,7 @@ class GpuRun:
         trial_s = finetune_trial_seconds(inputs.task_sizes(), finetune_step_s, self.recipe,
                                          MODELS)
         plan = self.results["plan"] = self.stage("plan", lambda: self.plan(tp, trial_s))
+        self.results["pretrain_lr_schedule"] = self.recipe.lr_schedule(plan["steps"])
         self.results["pretraining"] = {}
         pretraining = Pretraining(models, inputs, self.work, self.log)
         for model in PRETRAINED:
@@ -181,12 +181,14 @@ class GpuRun:
         return self.check_outputs()
 
     def check_outputs(self):
-        """Every output file there and a GLUE cell for every model x task; the missing ones."""
+        """Every output file there and a GLUE cell for every model x task (but those of a model
+        whose pre-training was stopped by the collapse check); the missing ones."""
         missing = [f for f in OUTPUT_FILES if f != "gpu_run.log"
                    and not fileio.exists(os.path.join(self.out, f))]
         data = json.loads(fileio.read_text(os.path.join(self.out, "results.json")))
+        stopped = [m for m in PRETRAINED if self.work.collapsed(m) is not None]
         missing += [f"GLUE cell {model} x {task}" for model in MODELS for task in self.tasks
-                    if task not in data["glue"].get(model, {})]
+                    if model not in stopped and task not in data["glue"].get(model, {})]
         self.log("outputs: " + ("all present" if not missing else "missing " + ", ".join(missing)))
         return missing
 

@@ -9,14 +9,24 @@ learning-rate schedule, and the hyper-parameters each stage hands the training c
 * `SMOKE`: a 1-layer, 32-wide model, 4 pre-training steps and 3 fine-tuning steps per task on the
   same code path (the CPU check in CI).
 
-The pre-training schedule is the first steps of ELECTRA-small's official one (peak 5e-4, linear
-warm-up over 10,000 steps, linear decay over 1M): a short run climbs the official warm-up and never
-reaches the peak. Squeezing a whole schedule into the run (10% warm-up) took the lr to 5e-4 within
-180 steps, and both discriminators collapsed to the prior (docs/RESULTS.md §12-§13).
+The pre-training schedule is made for the budget: a linear warm-up over `warmup_steps` towards
+`peak_lr`, times a linear decay that reaches 0 at the planned last step (the official code's
+form, training/optimization.py `LinearWarmupLinearDecay`; budget-limited BERT recipes end their
+decay at the budget's last step the same way: Izsak et al. 2021, Geiping & Goldstein 2022). The
+warm-up is ELECTRA-small's official 10,000 steps, the one ramp the GPU probes found safe
+(docs/RESULTS.md §13.1: 5e-4 reached within 180 steps collapsed both discriminators; a ramp 10x
+slower learned, then lost AUC once the lr passed ~7e-5; §13.2: the official ramp learned). A run
+shorter than twice the warm-up peaks at its middle, at peak x steps / (4 x warm-up).
+`reproduce/gpu_rtd_probe.py` compares shorter warm-ups and other peaks at the planned length on
+a GPU (docs/GPU.md): a shorter one has to earn its place there.
+
+A model whose held-out discriminator AUC falls to the prior stops pre-training and is not
+fine-tuned (`collapse_margin`, reproduce/gpu_stages.collapse).
 """
 import dataclasses
 import hashlib
 import json
+from typing import Optional
 
 from reproduce.recipes import ELECTRA_ARCHITECTURE
 
@@ -31,11 +41,11 @@ class GpuRecipe:
     name: str
     pretrain: dict              # PretrainingHParams overrides (both models)
     finetune: dict              # FinetuneHParams overrides (every model, task)
-    warmup_fraction: float = 0.1   # of the run's steps, when schedule_steps is 0
-    # > 0: the lr schedule is that of a schedule_steps run warmed up over warmup_steps, of which
-    # the run trains its planned first steps (the official schedule's beginning)
+    # The pre-training schedule: linear warm-up over warmup_steps (0: warmup_fraction of the
+    # run) times a linear decay to 0 at step schedule_steps (0: the run's planned last step).
+    warmup_steps: int = 10_000
+    warmup_fraction: float = 0.1
     schedule_steps: int = 0
-    warmup_steps: int = 0
     sst_epochs: float = 1.0
     max_trials: int = 3            # fine-tuning seeds per model x task
     heldout_examples: int = 256
@@ -46,18 +56,37 @@ class GpuRecipe:
     fixed_steps: int = 0           # smoke: no planning, this many steps
     min_pretrain_share: float = 0.5   # of the seconds left after compiling (gpu_plan)
     max_eval_examples: int = 0     # smoke: first N dev examples
+    # Collapse stop (reproduce/gpu_stages.collapse): a held-out point whose discriminator AUC is
+    # at most 0.5 + collapse_margin after an earlier point reached learned_auc, or at or past
+    # the run's middle, stops that model's pre-training. None: no check.
+    collapse_margin: Optional[float] = 0.02
+    learned_auc: float = 0.6
 
     def warmup(self, steps):
         """The warm-up of a run of `steps` steps."""
-        return self.warmup_steps if self.schedule_steps else int(self.warmup_fraction
-                                                                 * max(1, steps))
+        return self.warmup_steps or int(self.warmup_fraction * max(1, steps))
 
-    def lr_schedule(self):
-        """The pre-training learning-rate schedule, as the reports state it."""
-        if self.schedule_steps:
-            return {"peak_lr": self.pretrain["learning_rate"], "warmup_steps": self.warmup_steps,
-                    "schedule_steps": self.schedule_steps}
-        return {"peak_lr": self.pretrain["learning_rate"], "warmup_fraction": self.warmup_fraction}
+    def schedule_length(self, steps):
+        """The step at which the learning rate reaches 0 in a run of `steps` steps."""
+        return self.schedule_steps or max(1, steps)
+
+    def lr_at(self, step, steps):
+        """The learning rate of update `step` (0-based) in a run of `steps` steps."""
+        warmup, total = self.warmup(steps), self.schedule_length(steps)
+        ramp = min(1.0, step / warmup) if warmup else 1.0
+        return self.pretrain["learning_rate"] * ramp * max(0.0, 1 - step / total)
+
+    def lr_schedule(self, steps):
+        """The pre-training learning-rate schedule of a run of `steps` steps, as the reports
+        state it: {"peak_lr", "warmup_steps", "schedule_steps" (where it reaches 0),
+        "highest_lr" (what the run reaches), "highest_at"}."""
+        warmup, total = self.warmup(steps), self.schedule_length(steps)
+        # peak * min(1, s / warmup) * (1 - s / total) is largest at s = total / 2 when that is
+        # inside the warm-up, else at the warm-up's end; never past the run's last update
+        at = int(min(steps - 1, total // 2 if total / 2 <= warmup else warmup))
+        return {"peak_lr": self.pretrain["learning_rate"], "warmup_steps": warmup,
+                "schedule_steps": total, "highest_lr": float(f"{self.lr_at(at, steps):.3g}"),
+                "highest_at": at}
 
     def fingerprint(self):
         """A short hash of every field: what a work folder was made for (gpu_work.py)."""
@@ -74,15 +103,16 @@ class GpuRecipe:
                f"{arch.get('hidden_size', '?')}"
 
 
-def schedule_text(schedule):
-    """One sentence of results.md for `GpuRecipe.lr_schedule()`."""
-    if "schedule_steps" in schedule:
-        return (f"Pre-training learning rate: the first steps of a {schedule['schedule_steps']:,}"
-                f"-step schedule (peak {schedule['peak_lr']:g}, linear warm-up over "
-                f"{schedule['warmup_steps']:,} steps, then linear decay to 0).")
-    return (f"Pre-training learning rate: peak {schedule['peak_lr']:g}, warm-up over "
-            f"{100 * schedule['warmup_fraction']:g}% of the run, linear decay to 0 at its last "
-            "step.")
+def schedule_text(schedule, steps):
+    """One sentence of results.md for `GpuRecipe.lr_schedule(steps)`."""
+    if schedule["schedule_steps"] == steps:
+        end = f"reaching 0 at the run's last step ({steps:,})"
+    else:
+        end = (f"reaching 0 at step {schedule['schedule_steps']:,} (the run trains its first "
+               f"{steps:,} steps)")
+    return (f"Pre-training learning rate: linear warm-up over {schedule['warmup_steps']:,} steps "
+            f"towards {schedule['peak_lr']:g}, times a linear decay {end}; the highest rate "
+            f"reached is {schedule['highest_lr']:.3g}, at step {schedule['highest_at']:,}.")
 
 
 GPU_BUDGET = GpuRecipe(
@@ -90,7 +120,6 @@ GPU_BUDGET = GpuRecipe(
     pretrain=dict(model_size="small", train_batch_size=128, max_seq_length=128,
                   learning_rate=5e-4, generator_hidden_size=0.25, temperature=1.0,
                   disc_weight=50.0, precision="bf16", log_every_n_steps=100),
-    schedule_steps=1_000_000, warmup_steps=10_000,       # ELECTRA-small's (official code)
     finetune=dict(model_size="small", learning_rate=3e-4, layerwise_lr_decay=0.8,
                   train_batch_size=32, eval_batch_size=128, max_seq_length=128, precision="bf16",
                   log_every_steps=250, steps_per_loop=25))
@@ -105,7 +134,8 @@ SMOKE = dataclasses.replace(
                   eval_batch_size=16, precision="fp32", max_train_steps=3, log_every_steps=3,
                   steps_per_loop=3),
     max_trials=2, heldout_examples=16, evaluations=2, throughput_rounds=2, throughput_steps=2,
-    steps_per_loop=2, fixed_steps=4, max_eval_examples=32)
+    steps_per_loop=2, fixed_steps=4, max_eval_examples=32,
+    collapse_margin=None)     # 4 steps on 16 held-out sequences: an AUC near 0.5 says nothing
 
 
 def pretrain_hparams(recipe, bundle, model, steps, seed=0):

@@ -1,23 +1,33 @@
-"""Why did the H100 run's discriminators stay at the prior (docs/RESULTS.md §12)? Short pre-training
-probes of one model on the GPU run's own step, variants of the learning-rate schedule from the
-same initial weights, each ending with how input-dependent the discriminator still is.
+"""Which learning-rate schedule does the GPU run's pre-training take? Short pre-trainings of one model
+on the run's own step (reproduce/gpu_budget.py), variants of the schedule from the same initial
+weights, each ending with how input-dependent the discriminator still is.
 
     KERAS_BACKEND=jax python -m reproduce.gpu_rtd_probe --model=electra --precision=bf16 \
-        [--steps=450] [--schedule_steps=1800] [--variants=run,warmup10x] [--output=F.json]
+        [--steps=10000] [--variants=warmup10000,warmup5000,warmup2000@3e-4] [--output=F.json]
 
-Each variant trains `--steps` steps of the gpu_budget recipe (reproduce/gpu_budget.py: batch
-128 x 128, generator 1/4, peak lr 5e-4, the bundle's examples in the run's order) on the lr
-schedule of a `--schedule_steps` run, from the weights the model was built with:
+Each variant trains `--steps` steps of the gpu_budget recipe (reproduce/gpu_recipe.py: batch
+128 x 128, generator 1/4, the bundle's examples in the run's order). The budget schedules, the
+run's own form at the planned length `--steps` (give the number of steps the run's plan prints):
 
-* `run`: warm-up over 10% of the schedule (180 of 1,800 steps): the H100 run's first steps;
-* `warmup10x`: warm-up over the whole schedule (1,800 steps): the lr climbs 10x slower;
-* `lowlr`: the run's schedule at a tenth of the peak lr.
+* `warmup<W>[@<peak>]`: linear warm-up over W steps towards the peak (default the recipe's,
+  5e-4), times a linear decay that reaches 0 at the last step. `warmup10000` is the recipe's
+  (ELECTRA-small's official warm-up: the known-safe ramp); a shorter one has to earn its place.
 
-At `--points` evenly spaced steps the held-out batch is scored (generator accuracy,
-discriminator AUC: pretrain/heldout_eval.py); at the end, the discriminator's final hidden states
-on 16 held-out sequences: the mean cosine between two tokens' states (near 1 = every token the
-same vector: a collapsed representation) and the spread of its logits. The precision is one per
-process (`--precision`): run bf16 and fp32 as two processes to compare them.
+With `--schedule_steps=N` (> 0) the variants of docs/RESULTS.md §13.1 instead, on the schedule of
+an N-step run stopped after `--steps`:
+
+* `run`: warm-up over 10% of the schedule (180 of 1,800 steps): the H100 run of §12;
+* `warmup10x`: warm-up over the whole schedule: the lr climbs 10x slower;
+* `lowlr`: `run` at a tenth of the peak lr.
+
+At `--points` evenly spaced steps the held-out batch is scored on the device (generator
+accuracy, discriminator AUC: pretrain/heldout_eval.DeviceScorer) and checked for collapse as the
+run checks it (reproduce/gpu_stages.collapse: the variant stops there); at the end, the
+discriminator's final hidden states on 16 held-out sequences: the mean cosine between two tokens'
+states (near 1 = every token the same vector: a collapsed representation) and the spread of its
+logits. The variants that did not collapse are ranked by their last held-out AUC ("ranking").
+The precision is one per process (`--precision`): run bf16 and fp32 as two processes to compare
+them.
 
     python -m reproduce.gpu_rtd_probe --plot=F.png --inputs=a.json,b.json    # one figure of them
 """
@@ -32,7 +42,40 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from training.compile_cache import FLAG_HELP as JAX_CACHE_HELP, enable_compile_cache  # noqa: E402
 
-VARIANTS = {"run": (0.1, 1.0), "warmup10x": (1.0, 1.0), "lowlr": (0.1, 0.1)}   # (warm-up share, lr scale)
+# docs/RESULTS.md §13.1's variants of an N-step schedule: (warm-up share of N, lr scale)
+SCHEDULE_VARIANTS = {"run": (0.1, 1.0), "warmup10x": (1.0, 1.0), "lowlr": (0.1, 0.1)}
+
+
+class VariantError(ValueError):
+    """A --variants entry the probe does not know; one line."""
+
+
+def variant_schedule(name, steps, schedule_steps, peak_lr):
+    """(warm-up steps, peak lr, schedule length) of variant `name`: `warmup<W>[@<peak>]` at the
+    planned length `steps` (schedule_steps 0), or one of SCHEDULE_VARIANTS of a
+    `schedule_steps` schedule."""
+    if schedule_steps:
+        if name not in SCHEDULE_VARIANTS:
+            raise VariantError(f"unknown variant {name!r} with --schedule_steps; one of "
+                               f"{sorted(SCHEDULE_VARIANTS)}")
+        share, scale = SCHEDULE_VARIANTS[name]
+        return int(share * schedule_steps), peak_lr * scale, schedule_steps
+    warmup, _, peak = name.partition("@")
+    try:
+        if not warmup.startswith("warmup"):
+            raise ValueError
+        return int(warmup[len("warmup"):]), float(peak) if peak else peak_lr, steps
+    except ValueError:
+        raise VariantError(f"unknown variant {name!r}: warmup<W>[@<peak>] (e.g. warmup10000, "
+                           "warmup2000@3e-4), or with --schedule_steps one of "
+                           f"{sorted(SCHEDULE_VARIANTS)}") from None
+
+
+def ranking(variants):
+    """The names of the variants that did not collapse, best last held-out AUC first."""
+    alive = [(v["points"][-1]["disc_auc"], name) for name, v in variants.items()
+             if v["points"] and not v.get("collapsed")]
+    return [name for _, name in sorted(alive, reverse=True)]
 
 
 def hidden_spread(pretrainer, heldout, examples=16, tokens=512):
@@ -64,7 +107,7 @@ def plot_probes(paths, png):
     from base.plots import pyplot, save_figure
     plt = pyplot()
     fig, (auc_ax, lr_ax) = plt.subplots(1, 2, figsize=(12, 4.2))
-    styles = {"run": "-", "warmup10x": "--", "lowlr": ":"}
+    styles = {"run": "-", "warmup10x": "--", "lowlr": ":"}     # §13.1's; the rest solid
     for path in paths:
         data = json.loads(fileio.read_text(path))
         for name, variant in data["variants"].items():
@@ -91,11 +134,17 @@ def main(argv=None):
     ap.add_argument("--bundle_dir", default="gpu_bundle")
     ap.add_argument("--model", default="electra", choices=("electra", "convbert"))
     ap.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
-    ap.add_argument("--steps", type=int, default=450)
-    ap.add_argument("--schedule_steps", type=int, default=1800)
-    ap.add_argument("--variants", default="run,warmup10x")
+    ap.add_argument("--steps", type=int, default=10_000,
+                    help="steps per variant: the planned length of the run")
+    ap.add_argument("--schedule_steps", type=int, default=0,
+                    help="> 0: §13.1's variants (run, warmup10x, lowlr) of this long a schedule")
+    ap.add_argument("--variants", default="warmup10000,warmup5000,warmup2000")
     ap.add_argument("--points", type=int, default=3)
     ap.add_argument("--heldout_examples", type=int, default=256)
+    ap.add_argument("--collapse_margin", type=float, default=None,
+                    help="stop a variant whose held-out AUC is at most 0.5 + this "
+                         "(reproduce/gpu_stages.collapse; default the recipe's, 0.02; none with "
+                         "--smoke)")
     ap.add_argument("--output", default=None)
     ap.add_argument("--smoke", action="store_true", help="the smoke recipe's tiny model (CPU)")
     ap.add_argument("--plot", default=None, metavar="PNG",
@@ -119,13 +168,18 @@ def main(argv=None):
     from reproduce.gpu_budget import Log
     from reproduce.gpu_recipe import GPU_BUDGET, SMOKE, pretrain_hparams
     from reproduce.gpu_stages import ArrayPretrainingTask, read_bundle
+    from reproduce.gpu_stages import PretrainingCollapsed, collapse
     variants = args.variants.split(",")
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        print(f"error: unknown variant(s) {unknown}; one of {sorted(VARIANTS)}", file=sys.stderr)
+    try:
+        for name in variants:        # checked before anything is built
+            variant_schedule(name, args.steps, args.schedule_steps, 1.0)
+    except VariantError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     base = SMOKE if args.smoke else GPU_BUDGET
     recipe = dataclasses.replace(base, pretrain=dict(base.pretrain, precision=args.precision))
+    if args.collapse_margin is not None:
+        recipe = dataclasses.replace(recipe, collapse_margin=args.collapse_margin)
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if args.precision == "bf16" else "float32")
     log = Log()
@@ -137,13 +191,13 @@ def main(argv=None):
         {k: v[:args.heldout_examples] for k, v in held.items()}, **b["special_ids"])
 
     started = time.time()
-    hp = pretrain_hparams(recipe, b, args.model, args.schedule_steps)
+    hp = pretrain_hparams(recipe, b, args.model, args.steps)
     task, core = pretraining_core(
         hp, [], hp.vocab_size, b["special_ids"], log=log,
         task=ArrayPretrainingTask(hp, [], hp.vocab_size, b["special_ids"]))
     task.arrays = train
     step = core.task_step()
-    gen_fn, disc_fn = heldout_eval.jax_fns(task.pretrainer)
+    scorer = heldout_eval.device_scorer(task.pretrainer, heldout, hp.temperature)
     initial = [[np.asarray(v.value) for v in group] for group in core.task_variables()]
     out = {"model": args.model, "precision": args.precision, "steps": args.steps,
            "schedule_steps": args.schedule_steps, "batch": hp.train_batch_size,
@@ -155,34 +209,45 @@ def main(argv=None):
     except Exception:      # noqa: BLE001 - a label only
         pass
     for name in variants:
-        warmup_share, lr_scale = VARIANTS[name]
+        warmup, peak, length = variant_schedule(name, args.steps, args.schedule_steps,
+                                                hp.learning_rate)
         for group, values in zip(core.task_variables(), initial):
             for variable, value in zip(group, values):
                 variable.assign(value)
-        hp_v = dataclasses.replace(hp, learning_rate=hp.learning_rate * lr_scale,
-                                   num_warmup_steps=int(warmup_share * args.schedule_steps))
-        core.set_settings(dataclasses.replace(            # a schedule_steps run's schedule,
-            train_settings(hp_v), schedule_steps=args.schedule_steps,    # stopped after `steps`
+        hp_v = dataclasses.replace(hp, learning_rate=peak, num_warmup_steps=warmup)
+        core.set_settings(dataclasses.replace(            # a `length`-step schedule,
+            train_settings(hp_v), schedule_steps=length,    # stopped after `steps`
             total_steps=args.steps, save_every=max(1, args.steps // args.points),
             log_every=max(1, args.steps // 10), steps_per_loop=min(25, max(1, args.steps // 10))))
         core.label = f"{args.model} {name}"
         points = []
 
         def score(step_done):
-            metrics = heldout_eval.evaluate(heldout, gen_fn, disc_fn, hp.temperature)
+            metrics = scorer.evaluate()
             points.append({"step": step_done,
                            "learning_rate": float(core.schedule.host_value(step_done)),
                            **{k: round(float(v), 4) for k, v in metrics.items()}})
             log(f"{name} step {step_done}: held-out gen acc {metrics['gen_accuracy']:.3f}, "
                 f"disc AUC {metrics['disc_auc']:.3f}")
+            why = collapse([(p["step"], p["disc_auc"]) for p in points], args.steps, recipe)
+            if why:
+                raise PretrainingCollapsed(why)
 
         start = time.time()
-        core.fit_task(train_step=step, after_save=score)
+        collapsed = None
+        try:
+            core.fit_task(train_step=step, after_save=score)
+        except PretrainingCollapsed as e:
+            collapsed = str(e)
+            log(f"{name}: stopped, {collapsed}")
         spread = hidden_spread(task.pretrainer, heldout)
         out["variants"][name] = {"warmup_steps": hp_v.num_warmup_steps,
-                                 "peak_lr": hp_v.learning_rate, "points": points, **spread,
+                                 "peak_lr": hp_v.learning_rate, "schedule_steps": length,
+                                 "points": points, **spread, "collapsed": collapsed,
                                  "seconds": round(time.time() - start, 1)}
         log(f"{name}: {json.dumps(spread)}")
+    out["ranking"] = ranking(out["variants"])
+    log("not collapsed, best last held-out AUC first: " + (", ".join(out["ranking"]) or "none"))
     print(json.dumps(out))
     if args.output:
         fileio.write_text_atomic(args.output, json.dumps(out, indent=2) + "\n")

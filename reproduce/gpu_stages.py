@@ -27,6 +27,31 @@ class GpuRunError(RuntimeError):
     """A bad bundle, work folder or flag; one line."""
 
 
+class PretrainingCollapsed(Exception):
+    """Raised at a held-out point whose discriminator is at the prior (`collapse`): the model's
+    pre-training stops there."""
+
+
+def collapse(points, total_steps, recipe):
+    """Why the newest of the held-out `points` [(step, disc AUC)] says the discriminator
+    collapsed, or None: its AUC is at the prior (at most 0.5 + `recipe.collapse_margin`) after
+    an earlier point reached `recipe.learned_auc`, or at or past the middle of a
+    `total_steps` run (docs/RESULTS.md §11-§12: 0.50 from the first points on)."""
+    if recipe.collapse_margin is None or not points:
+        return None
+    step, auc = points[-1]
+    if auc > 0.5 + recipe.collapse_margin:
+        return None
+    best = max((a for _, a in points[:-1]), default=0.0)
+    if best >= recipe.learned_auc:
+        return (f"held-out discriminator AUC fell to {auc:.3f} at step {step} (the prior is "
+                f"0.5) from {best:.3f}")
+    if 2 * step >= total_steps:
+        return (f"held-out discriminator AUC still {auc:.3f} at step {step} of {total_steps} "
+                "(the prior is 0.5)")
+    return None
+
+
 class ArrayPretrainingTask(PretrainingTask):
     """The pre-training task (pretrain/task.py) reading the bundle's compact arrays
     (data/pretraining_arrays.py; `arrays` set before training) instead of TFRecord shards."""
@@ -251,9 +276,11 @@ def heldout_seconds(models, inputs, log):
 # ------------------------------------------------------------------------------ 5. pre-training
 class Pretraining:
     """One model's pre-training for the planned steps: the training core's `fit_task` on the
-    bundle's arrays; every 1/`evaluations` of the run the fixed held-out batch is scored, and at
-    the end every point's discriminator against the last generator's replacements; checkpoints
-    at the middle and the end (a rerun resumes from them)."""
+    bundle's arrays; every 1/`evaluations` of the run the fixed held-out batch is scored (a
+    point at which the discriminator has collapsed to the prior, `collapse`, stops the model's
+    pre-training: work.json's folder keeps collapsed.json, and the model is not fine-tuned), and
+    at the end every point's discriminator against the last generator's replacements;
+    checkpoints at the middle and the end (a rerun resumes from them)."""
 
     def __init__(self, models, inputs, work, log):
         self.models, self.inputs, self.work, self.log = models, inputs, work, log
@@ -270,6 +297,10 @@ class Pretraining:
         if done is not None and done >= steps:
             self.log(f"{model}: pre-trained ({steps} steps), skipped")
             return pretraining_record(model_dir)
+        collapsed = self.work.collapsed(model)
+        if collapsed is not None:
+            self.log(f"{model}: pre-training stopped earlier, {collapsed['reason']}; skipped")
+            return collapsed["record"]
         pretrainer, core, step = self.models.pretrainers[model]
         hp = pretrain_hparams(recipe, self.models.bundle, model, steps, self.models.seed)
         fileio.makedirs(model_dir)
@@ -282,20 +313,34 @@ class Pretraining:
             points.append((step_done, metrics, heldout_eval.snapshot(pretrainer)))
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
+            why = collapse([(p[0], p[1]["disc_auc"]) for p in points], steps, recipe)
+            if why:
+                raise PretrainingCollapsed(why)
 
         core.set_settings(train_settings(hp))
         core.label = model
         core.task.arrays = self.inputs.train
-        core.fit_task(
-            checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"), export_dir=model_dir,
-            summary_path=os.path.join(model_dir, "pretraining_summary.json"),
-            summary_extra={"model_name": model, "model_size": hp.model_size},
-            train_step=step, after_save=score,
-            # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
-            # only: the held-out points in between need none.
-            checkpoint_every=max(1, steps // recipe.evaluations) * max(
-                1, recipe.evaluations // 2))
-        # One fixed corruption (the last generator's) for every point's discriminator.
+        started = time.time()
+        try:
+            core.fit_task(
+                checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"), export_dir=model_dir,
+                summary_path=os.path.join(model_dir, "pretraining_summary.json"),
+                summary_extra={"model_name": model, "model_size": hp.model_size},
+                train_step=step, after_save=score,
+                # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
+                # only: the held-out points in between need none.
+                checkpoint_every=max(1, steps // recipe.evaluations) * max(
+                    1, recipe.evaluations // 2))
+        except PretrainingCollapsed as e:
+            self.write_curve(model_dir, scorer, points)
+            return self.stopped(model, model_dir, str(e), points, core, hp, started)
+        self.write_curve(model_dir, scorer, points)
+        return pretraining_record(model_dir)
+
+    @staticmethod
+    def write_curve(model_dir, scorer, points):
+        """heldout_curve.jsonl: every point, and each point's discriminator on one fixed
+        corruption (the last generator's)."""
         last = scorer.corrupt()
         lines = []
         for step_done, metrics, values in points:
@@ -303,7 +348,22 @@ class Pretraining:
             lines.append(json.dumps({"step": step_done, **metrics, "disc_auc_last_gen": fixed}))
         fileio.write_text_atomic(os.path.join(model_dir, "heldout_curve.jsonl"),
                                  "\n".join(lines) + "\n")
-        return pretraining_record(model_dir)
+
+    def stopped(self, model, model_dir, reason, points, core, hp, started):
+        """The record of a pre-training stopped by `collapse` (also kept in collapsed.json, so a
+        rerun neither trains it again nor fine-tunes it)."""
+        from reproduce.report import read_jsonl
+        step = points[-1][0]
+        wall = time.time() - started
+        self.log(f"{model}: pre-training stopped at step {step}: {reason}; it is not fine-tuned")
+        record = {"global_step": step, "collapsed": reason,
+                  "trainable_parameters": int(core.num_params), "wall_seconds": round(wall, 2),
+                  "sequences_per_second": round(step * hp.train_batch_size / max(wall, 1e-9), 1),
+                  "first_step_seconds": None, "final_window": None, "history": [],
+                  "heldout": read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
+        self.work.write_json(self.work.collapsed_path(model), {"reason": reason,
+                                                               "record": record})
+        return record
 
 
 # ------------------------------------------------------------------------------ 6. fine-tuning
@@ -317,6 +377,11 @@ class Finetuning:
         self.models, self.inputs, self.work, self.log = models, inputs, work, log
         self.fraction, self.trial_seconds = fraction, trial_seconds or {}
         self._weights = {}
+
+    @staticmethod
+    def pretrained_of(model):
+        """The pre-trained model `model` fine-tunes (None: random init)."""
+        return model if model in PRETRAINED else None
 
     def start_weights(self, model):
         """{official name: array} each of `model`'s trials starts from."""
@@ -361,6 +426,12 @@ class Finetuning:
                 return trial - 1
             start = time.time()
             for model in MODELS:
+                stopped = self.work.collapsed(self.pretrained_of(model))
+                if stopped is not None:
+                    if trial == 1:
+                        self.log(f"{model}: not fine-tuned, its pre-training stopped: "
+                                 f"{stopped['reason']}")
+                    continue
                 for task in self.models.tasks:
                     if fileio.exists(self.work.metrics_file(model, task, trial)):
                         continue

@@ -7,7 +7,8 @@ rerun finds done.
       throughput.json                      the throughput stage's timings (a rerun keeps them)
       plan.json                            the plan (a rerun keeps it: same schedule)
       pretrain/{convbert,electra}/         pretraining_summary.json, heldout_curve.jsonl, the
-                                           exported discriminator, jax_checkpoints/
+                                           exported discriminator, jax_checkpoints/;
+                                           collapsed.json when the collapse stop ended it
       finetune/{convbert,electra,random}/  results/<task>_dev_metrics_trial<N>.json (the layout
                                            of run_finetuning.py and reproduce/pipeline.py)
       jax_cache/                           JAX's compilation cache (scripts/gpu_run.sh)
@@ -130,13 +131,25 @@ class WorkFolder:
             return None
         return json.loads(fileio.read_text(path))["global_step"]
 
+    def collapsed_path(self, model):
+        return os.path.join(self.pretrain_dir(model), "collapsed.json")
+
+    def collapsed(self, model):
+        """{"reason", "record"} when `model`'s pre-training was stopped by the collapse check,
+        else None (also for None: random init)."""
+        if model is None or not fileio.exists(self.collapsed_path(model)):
+            return None
+        return self.read_json(self.collapsed_path(model))
+
     def work_left(self, steps, tasks):
-        """(models whose pre-training has not reached `steps`, whether a fine-tuning trial of
-        `tasks` is missing) from what the folder holds."""
+        """(models whose pre-training has not reached `steps` nor stopped, whether a fine-tuning
+        trial of `tasks` is missing for a model that is fine-tuned) from what the folder
+        holds."""
+        stopped = {m for m in PRETRAINED if self.collapsed(m) is not None}
         models = tuple(m for m in PRETRAINED
-                       if (self.pretrained_steps(m) or 0) < steps)
+                       if m not in stopped and (self.pretrained_steps(m) or 0) < steps)
         finetune = any(not fileio.exists(self.metrics_file(model, task, trial))
-                       for model in MODELS for task in tasks
+                       for model in MODELS if model not in stopped for task in tasks
                        for trial in range(1, self.recipe.max_trials + 1))
         return models, finetune
 

@@ -25,7 +25,7 @@ def read_json(path):
     return json.loads(fileio.read_text(path))
 
 
-def _read_jsonl(path):
+def read_jsonl(path):
     if not fileio.exists(path):
         return []
     return [json.loads(line) for line in fileio.read_text(path).splitlines() if line.strip()]
@@ -55,7 +55,7 @@ def pretraining_record(model_dir):
             "wall_seconds": s["wall_seconds"], "sequences_per_second": s["sequences_per_second"],
             "first_step_seconds": s.get("first_step_seconds"),
             "final_window": s["final"], "history": s["history"],
-            "heldout": _read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
+            "heldout": read_jsonl(os.path.join(model_dir, "heldout_curve.jsonl"))}
 
 
 def glue_entries(finetune_dirs, tasks):
@@ -127,6 +127,23 @@ def pretraining_helps(glue):
             margin = max(ours["std"], base["std"])
             result[model][task] = bool(ours["mean"] - base["mean"] > margin)
     return result
+
+
+def compare_models(glue, first, second):
+    """{task: {"difference": first's mean - second's mean, "beyond_spread": the difference
+    larger than the larger of their seeds' stds (False with one seed: no spread)}} over the
+    tasks both have."""
+    out = {}
+    for task, entry in glue.get(first, {}).items():
+        other = glue.get(second, {}).get(task)
+        if other is None:
+            continue
+        a, b = _headline(entry), _headline(other)
+        difference = a["mean"] - b["mean"]
+        out[task] = {"difference": round(difference, 2),
+                     "beyond_spread": bool(min(a["n"], b["n"]) > 1
+                                           and abs(difference) > max(a["std"], b["std"]))}
+    return out
 
 
 def score_cells(entries, tasks):
@@ -295,14 +312,15 @@ def write_text(path, text):
     fileio.write_text_atomic(path, text)
 
 
-def write_outputs(data, directory, head=""):
-    """A run's report files in `directory`: results.json (`data`), results.md (`head`, then the
-    GLUE table and the pre-training table), pretraining_curves.png when there is pre-training and
-    glue_scores.png when there are GLUE results. {kind: path} of those written."""
+def write_outputs(data, directory, head="", tail=""):
+    """A run's report files in `directory`: results.json (`data`), results.md (`head`, the GLUE
+    table and the pre-training table, `tail`), pretraining_curves.png when there is
+    pre-training and glue_scores.png when there are GLUE results. {kind: path} of those
+    written."""
     paths = {"md": os.path.join(directory, "results.md"),
              "json": os.path.join(directory, "results.json")}
     write_text(paths["json"], json.dumps(data, indent=2) + "\n")
-    write_text(paths["md"], head + markdown(data))
+    write_text(paths["md"], head + markdown(data) + tail)
     if data["pretraining"]:
         paths["curves"] = os.path.join(directory, "pretraining_curves.png")
         plot_pretraining(data, paths["curves"])

@@ -77,19 +77,30 @@ def test_smoke_run_end_to_end_and_resume(bundle):
         assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
         for entry in data["glue"][model].values():
             assert entry["summary"][entry["metric"]]["n"] == 2        # two seeds
-    # the first steps of ELECTRA-small's schedule: lr = 5e-4 * step / 10,000 (steps 0..3)
+    # the budget schedule: the official 10,000-step warm-up times a linear decay to 0 at the
+    # planned 4th step, lr = 5e-4 * step / 10,000 * (1 - step / 4) (steps 0..3)
     assert data["pretrain_lr_schedule"] == {"peak_lr": 5e-4, "warmup_steps": 10_000,
-                                            "schedule_steps": 1_000_000}
+                                            "schedule_steps": 4, "highest_lr": 5e-8,
+                                            "highest_at": 2}
     for model in ("convbert", "electra"):
         p = data["pretraining"][model]
         assert p["global_step"] == 4 and len(p["heldout"]) == 2
-        assert p["history"][-1]["learning_rate"] == pytest.approx(5e-4 * 3 / 10_000, rel=1e-3)
+        assert p["history"][-1]["learning_rate"] == pytest.approx(5e-4 * 3 / 10_000 / 4,
+                                                                  rel=1e-3)
         assert all("disc_auc_last_gen" in h for h in p["heldout"])
+    # the report leads with the answer: steps, tokens, the share of the official budget
+    assert data["budget_used"] == {"steps": 4, "tokens": 4 * 8 * 128,
+                                   "fraction_of_official": 4 * 8 * 128 / 1e6 / 128 / 128}
     tp = json.loads((results / "throughput.json").read_text())
     assert tp["platform"] == "cpu" and set(tp["models"]) == {"convbert", "electra"}
     assert "outputs: all present" in (results / "gpu_run.log").read_text()
     md = (results / "results.md").read_text()
-    assert "| ConvBERT, random init |" in md and "sequences/s" in md
+    assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `smoke`\n\n"
+                         "**Pre-training**: 4 steps per model (4,096 tokens each: 0.00% of "
+                         "ELECTRA-small's official budget")
+    assert "ELECTRA-Small, fully trained (1M steps) 79.9" in md and "Held-out batch" in md
+    assert md.index("| ConvBERT, random init |") < md.index("## How the run went") \
+        < md.index("sequences/s")
     for png in ("pretraining_curves.png", "glue_scores.png"):
         labels = png_labels(str(results / png))
         assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
@@ -218,16 +229,36 @@ def test_plan_fits_one_call_at_recorded_and_target_rates():
                        "P4 targets, compile cache carried": (6500, 1, 1.0)}
 
 
-def test_learning_rate_schedules_and_what_a_rerun_has_left(bundle, tmp_path):
-    """The recipe's schedule as the reports state it (the official warm-up, or the 10% warm-up
-    of the first GPU runs, still selectable), and `GpuRun.work_left` from the work folder."""
+def test_learning_rate_schedules_and_what_a_rerun_has_left(tmp_path):
+    """The budget schedule (the official warm-up, decay to 0 at the planned last step) as the
+    reports state it and as the training core runs it, never above the official schedule at any
+    step; the schedules of the earlier GPU runs still selectable; `GpuRun.work_left` from the
+    work folder."""
     import dataclasses
+    from pretrain.hparams import train_settings
     from reproduce.gpu_budget import GPU_BUDGET, SMOKE, GpuRun, Log, schedule_text
-    assert "first steps of a 1,000,000-step schedule" in schedule_text(GPU_BUDGET.lr_schedule())
-    squeezed = dataclasses.replace(GPU_BUDGET, schedule_steps=0).lr_schedule()
-    assert squeezed == {"peak_lr": 5e-4, "warmup_fraction": 0.1}
-    assert "warm-up over 10% of the run" in schedule_text(squeezed)
-    _, out, _ = bundle
+    from reproduce.gpu_recipe import pretrain_hparams
+    assert schedule_text(GPU_BUDGET.lr_schedule(10_000), 10_000) == (
+        "Pre-training learning rate: linear warm-up over 10,000 steps towards 0.0005, times a "
+        "linear decay reaching 0 at the run's last step (10,000); the highest rate reached is "
+        "0.000125, at step 5,000.")
+    official = dataclasses.replace(GPU_BUDGET, schedule_steps=1_000_000)     # §13.2's
+    assert official.lr_schedule(300)["highest_lr"] == 1.49e-5
+    assert "reaching 0 at step 1,000,000 (the run trains its first 300 steps)" in schedule_text(
+        official.lr_schedule(300), 300)
+    squeezed = dataclasses.replace(GPU_BUDGET, warmup_steps=0).lr_schedule(1800)   # §11-§12's
+    assert squeezed["warmup_steps"] == 180 and squeezed["highest_lr"] == 4.5e-4
+    fake_bundle = {"vocab_size": 30522, "max_seq_length": 128}
+    for steps in (300, 6_500, 10_000, 30_000):
+        core = train_settings(pretrain_hparams(GPU_BUDGET, fake_bundle, "electra", steps)
+                              ).schedule()
+        for step in range(0, steps, 97):
+            lr = GPU_BUDGET.lr_at(step, steps)
+            assert float(core.host_value(step)) == pytest.approx(lr, rel=1e-3)   # float32
+            assert lr <= official.lr_at(step, steps) + 1e-12
+    out = tmp_path / "bundle"                  # GpuRun reads bundle.json alone until it runs
+    out.mkdir()
+    (out / "bundle.json").write_text(json.dumps({**fake_bundle, "made": "now"}))
     work = tmp_path / "work"
     run = GpuRun(SMOKE, str(out), str(tmp_path / "out"), str(work), 100, Log())
     assert run.work_left(4) == (("convbert", "electra"), True)
@@ -243,6 +274,49 @@ def test_learning_rate_schedules_and_what_a_rerun_has_left(bundle, tmp_path):
             for trial in (1, 2):
                 (results / f"{task}_dev_metrics_trial{trial}.json").write_text("{}")
     assert run.work_left(2) == ((), False)
+    # a model whose pre-training the collapse check stopped is done, and not fine-tuned
+    (work / "pretrain" / "electra" / "collapsed.json").write_text(json.dumps(
+        {"reason": "held-out discriminator AUC fell", "record": {}}))
+    for task in ("cola", "sst", "mrpc", "sts", "rte"):
+        (work / "finetune" / "electra" / "results" / f"{task}_dev_metrics_trial2.json").unlink()
+    assert run.work_left(4) == ((), False)
+
+
+def test_collapse_stop_and_the_answer_lines():
+    """gpu_stages.collapse: a held-out AUC back at the prior after learning, or still there at
+    the run's middle; the report's opening names a stopped model and the anchors."""
+    import dataclasses
+    from reproduce.gpu_recipe import GPU_BUDGET, SMOKE
+    from reproduce.gpu_report import answer
+    from reproduce.gpu_stages import collapse
+    from reproduce.report import compare_models
+    assert collapse([(1000, 0.93), (2000, 0.91)], 8000, GPU_BUDGET) is None
+    assert collapse([(1000, 0.93), (2000, 0.515)], 8000, GPU_BUDGET) == (
+        "held-out discriminator AUC fell to 0.515 at step 2000 (the prior is 0.5) from 0.930")
+    assert collapse([(1000, 0.51)], 8000, GPU_BUDGET) is None         # early: not yet
+    assert collapse([(1000, 0.51), (4000, 0.503)], 8000, GPU_BUDGET) == (
+        "held-out discriminator AUC still 0.503 at step 4000 of 8000 (the prior is 0.5)")
+    assert collapse([(4, 0.5)], 4, SMOKE) is None                     # the smoke: no check
+    assert collapse([(4, 0.6)], 4, dataclasses.replace(GPU_BUDGET, collapse_margin=0.2))
+    data = {"scale": "gpu_budget", "budget_used": {"steps": 6500, "tokens": 6500 * 128 * 128,
+                                                   "fraction_of_official": 0.0065},
+            "pretraining": {"convbert": {"global_step": 6500},
+                            "electra": {"global_step": 2000, "collapsed": "held-out ... fell"}}}
+    text = answer(data)
+    assert "**Pre-training**: 6,500 steps per model (106,496,000 tokens each: 0.65% of " \
+           "ELECTRA-small's official budget, 1,000,000 steps x 128 x 128)." in text
+    assert "**ELECTRA (BERT architecture): pre-training stopped at step 2,000: held-out ... " \
+           "fell. Not fine-tuned.**" in text
+    assert "74.1" in text and "not these five" in text
+
+    def entry(mean, std, n):
+        return {"metric": "accuracy", "summary": {"accuracy": {"mean": mean, "std": std,
+                                                               "n": n, "median": mean}}}
+    glue = {"convbert": {"sst": entry(80.0, 1.0, 3), "rte": entry(55.0, 0.0, 1)},
+            "electra": {"sst": entry(77.0, 2.0, 3), "rte": entry(53.0, 0.0, 1)}}
+    assert compare_models(glue, "convbert", "electra") == {
+        "sst": {"difference": 3.0, "beyond_spread": True},
+        "rte": {"difference": 2.0, "beyond_spread": False}}        # one seed: no spread
 
 
 def test_work_folder_belongs_to_one_run(tmp_path):
@@ -346,6 +420,25 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
     assert runs["run"]["points"][-1]["learning_rate"] == pytest.approx(5e-4 * decay, rel=1e-3)
     assert runs["warmup10x"]["points"][-1]["learning_rate"] == pytest.approx(
         5e-4 * decay * 4 / 40, rel=1e-3)
+    # the budget schedules at the planned length (decay to 0 at step 4), the collapse stop
+    # (every point "at the prior" with a margin of 0.6: stopped at the run's middle)
+    budget = tmp_path / "budget.json"
+    done = subprocess.run(
+        [sys.executable, "reproduce/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
+         "--steps=4", "--points=2", "--heldout_examples=16", "--collapse_margin=0.6",
+         "--variants=warmup40,warmup4@1e-3", f"--output={budget}"],
+        cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    probe = json.loads(budget.read_text())
+    assert probe["ranking"] == []
+    for name, peak, warmup in (("warmup40", 5e-4, 40), ("warmup4@1e-3", 1e-3, 4)):
+        variant = probe["variants"][name]
+        assert (variant["peak_lr"], variant["warmup_steps"], variant["schedule_steps"]) == (
+            pytest.approx(peak), warmup, 4)
+        assert [p["step"] for p in variant["points"]] == [2]
+        assert variant["points"][0]["learning_rate"] == pytest.approx(
+            peak * min(1, 2 / warmup) * (1 - 2 / 4), rel=1e-3)
+        assert variant["collapsed"].startswith("held-out discriminator AUC still")
     # the figure of docs/RESULTS.md, from the JSON alone
     from base.plots import png_labels
     from reproduce.gpu_rtd_probe import main as probe_main
