@@ -168,3 +168,19 @@ def bert_vocab_file():
 def keras_backend() -> str:
     import keras
     return keras.backend.backend()
+
+
+def run_jax_script(script, out_path, *args, env=None, timeout=600):
+    """Run `script` (Python source) with KERAS_BACKEND=jax on the CPU in a fresh subprocess as
+    `python -c script out_path *args`, the repository on its path; it writes JSON to out_path,
+    which is returned parsed. Fails the test with the end of stderr if the script fails."""
+    import json
+    import subprocess
+    import sys
+    full_env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    done = subprocess.run([sys.executable, "-c", script, str(out_path), *map(str, args)],
+                          env=full_env, capture_output=True, text=True, timeout=timeout,
+                          cwd=str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(pathlib.Path(out_path).read_text())

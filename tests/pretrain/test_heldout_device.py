@@ -3,14 +3,9 @@
 on the CPU, `tensorflow` unimportable), the same held-out metrics (generator accuracy exactly,
 discriminator AUC within 1e-6), the same fake ids, and the same fixed-corruption discriminator
 score, including batches with duplicate masked positions and a last chunk that is padded."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_jax_script
 
 RUN = r"""
 import json, sys
@@ -132,13 +127,7 @@ json.dump(out, open(sys.argv[1], "w"))
 def scored(tmp_path_factory):
     pytest.importorskip("jax")
     pytest.importorskip("sklearn")
-    path = tmp_path_factory.mktemp("heldout_device") / "scored.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", RUN, str(path)], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=str(REPO_ROOT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return run_jax_script(RUN, tmp_path_factory.mktemp("heldout_device") / "scored.json")
 
 
 @pytest.mark.parametrize("case", ["full", "duplicates"])

@@ -119,46 +119,12 @@ import numpy as np
 import keras
 from training.jax_core import JaxTrainingCore
 from training.settings import TrainSettings
-from training.task import Task
+from tests.training.toy_task import ToyTask, toy_batches
 
 
-class Toy(keras.Model):
-    def __init__(self):
-        super().__init__()
-        self.d1 = keras.layers.Dense(8, activation="tanh")
-        self.d2 = keras.layers.Dense(1)
-
-    def call(self, batch, step=0, training=False):
-        return {"y": self.d2(self.d1(batch["x"]))[:, 0]}
-
-
-class ToyTask(Task):
-    def build(self):
-        keras.utils.set_random_seed(0)
-        self.model = Toy()
-        self.model({"x": data[0]["x"]})
-        return self.model
-
-    def named_variables(self):
-        return {v.path: v for v in self.model.trainable_variables}
-
-    def host_batches(self, skip):
-        return iter(data[skip:])
-
-    def compute(self, batch, step, denominators):
-        err = self.model(batch, training=True)["y"] - batch["t"]
-        return keras.ops.mean(err ** 2), {"abs_err": keras.ops.sum(keras.ops.abs(err))}
-
-    def describe(self, record):
-        return ""
-
-
-rng = np.random.default_rng(0)
-data = [{"x": rng.normal(size=(4, 3)).astype("float32"),
-         "t": rng.normal(size=(4,)).astype("float32")} for _ in range(3)]
 settings = TrainSettings(total_steps=3, batch_size=4, learning_rate=0.05, warmup_steps=1,
                          log_every=3, save_every=3)
-core = JaxTrainingCore(settings, log=lambda *_: None).build(ToyTask())
+core = JaxTrainingCore(settings, log=lambda *_: None).build(ToyTask(toy_batches(3)))
 summary = core.fit_task()
 json.dump({"events": {k.rsplit("/", 1)[-1]: v for k, v in events.items()
                       if k.startswith("/jax/compilation_cache/")},

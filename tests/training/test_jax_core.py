@@ -5,14 +5,9 @@ Keras optimizer; steps_per_loop > 1 (one compiled call of K steps, padded when f
 gives the same run as one step per call; after_save sees every save point with the current
 values; a precompiled program is the jitted one; the donated state never invalidates the Keras
 variables."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_jax_script
 
 RUN = r"""
 import json, sys
@@ -23,52 +18,17 @@ from training import optimization
 import jax
 from training.jax_core import JaxTrainingCore, precompile
 from training.settings import TrainSettings
-from training.task import Task
+from tests.training.toy_task import ToyTask, toy_batches
 
 
-class Toy(keras.Model):
-    def __init__(self):
-        super().__init__()
-        self.d1 = keras.layers.Dense(8, activation="tanh")
-        self.d2 = keras.layers.Dense(1)
-
-    def call(self, batch, step=0, training=False):
-        return {"y": self.d2(self.d1(batch["x"]))[:, 0]}
-
-
-class ToyTask(Task):
-    # A regression Task: what the core trains (training/task.py).
-
-    def build(self):
-        keras.utils.set_random_seed(0)
-        self.model = Toy()
-        self.model({"x": data[0]["x"]})
-        return self.model
-
-    def named_variables(self):
-        return {v.path: v for v in self.model.trainable_variables}
-
-    def host_batches(self, skip):
-        return iter(data[skip:])
-
-    def compute(self, batch, step, denominators):
-        err = self.model(batch, training=True)["y"] - batch["t"]
-        return keras.ops.mean(err ** 2), {"abs_err": keras.ops.sum(keras.ops.abs(err))}
-
-    def describe(self, record):
-        return ""
-
-
-rng = np.random.default_rng(0)
-data = [{"x": rng.normal(size=(4, 3)).astype("float32"),
-         "t": rng.normal(size=(4,)).astype("float32")} for _ in range(12)]
+data = toy_batches(12)
 
 
 def run(steps_per_loop, pre=False, log_every=4):
     settings = TrainSettings(total_steps=12, batch_size=4, learning_rate=0.05, warmup_steps=3,
                              weight_decay_rate=0.01, clip_norm=1.0, log_every=log_every,
                              save_every=4, steps_per_loop=steps_per_loop)
-    task = ToyTask()
+    task = ToyTask(data)
     core = JaxTrainingCore(settings, log=lambda *_: None).build(task)
     model = task.model
     step = core.task_step()
@@ -90,7 +50,7 @@ def run(steps_per_loop, pre=False, log_every=4):
 
 def keras_schedule_run():
     # The reference: a Keras optimizer with the schedule traced in, stepped by hand.
-    task = ToyTask()
+    task = ToyTask(data)
     task.build()
     schedule = optimization.linear_warmup_linear_decay(0.05, 3, 12)
     opt = optimization.AdamWeightDecay(schedule, weight_decay_rate=0.01, clip_norm=1.0,
@@ -125,13 +85,7 @@ json.dump(out, open(sys.argv[1], "w"))
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("jax_core") / "runs.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", RUN, str(path)], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=str(REPO_ROOT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return run_jax_script(RUN, tmp_path_factory.mktemp("jax_core") / "runs.json")
 
 
 def test_device_learning_rate_is_the_host_schedule(runs):

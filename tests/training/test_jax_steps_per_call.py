@@ -9,15 +9,10 @@ the variables bitwise equal and the window metrics within 7e-8 relative (a windo
 + 2 steps adds its per-call sums in another order); RTD within 1.5e-7 relative (metrics) and
 1.2e-7 absolute (variables): XLA fuses the looped step differently from the lone one. The
 assertion allows 1e-6 relative."""
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_jax_script
 
 STEPS = 20
 
@@ -99,13 +94,8 @@ json.dump(out, open(sys.argv[1], "w"))
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     pytest.importorskip("jax")
-    path = tmp_path_factory.mktemp("steps_per_call") / "runs.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", RUN, str(path), str(STEPS)], env=env,
-                          capture_output=True, text=True, timeout=900, cwd=str(REPO_ROOT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(path.read_text())
+    return run_jax_script(RUN, tmp_path_factory.mktemp("steps_per_call") / "runs.json", STEPS,
+                          timeout=900)
 
 
 def _close(a, b):
