@@ -16,23 +16,95 @@ those start-up lines, and sets TF_CPP_MIN_LOG_LEVEL to 2 unless it is set (C++ I
 off; errors still show). Python warnings, absl logging and the toolkit's own messages are not
 touched. `CONVBERT_TF_LOGS=1` turns all of this off: TensorFlow prints what it prints. With
 another Keras backend (KERAS_BACKEND=jax) TensorFlow is not imported at all.
+
+Lines that only say a device is absent, and only where it truly is (no NVIDIA device node, no
+TPU on the PCI bus: `absent_devices()`), are start-up lines too:
+
+* TensorFlow's `E0000 ... cuda_platform.cc] failed call to cuInit: ... CUDA error` comes when
+  TensorFlow first looks for devices, after the import. On a machine without an NVIDIA device the
+  import above also looks (`tf.config.list_physical_devices`, which fixes no logical device and
+  no runtime setting), so the line is printed, and dropped, while stderr is captured. With a GPU
+  present nothing is probed here and a failing cuInit shows as TensorFlow prints it.
+* JAX's `Unable to initialize backend 'tpu': ... Failed to open libtpu.so` (Python logging, at
+  INFO: absl's app.run shows it) is dropped by a filter on JAX's logger, on either backend,
+  for a backend whose device is absent; JAX is not imported for that.
 """
+import glob
+import logging
 import os
 import re
 import sys
 
+# Where the kernel shows an accelerator (JAX's own test, jax/_src/hardware_utils.py): NVIDIA's
+# device nodes (WSL2's /dev/dxg), and a TPU chip on the PCI bus (Google's vendor id and a TPU
+# device id; a newer TPU generation: its /dev/accel* or /dev/vfio/<n> node).
+NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
+GOOGLE_PCI_VENDOR = "0x1ae0"
+TPU_PCI_DEVICES = ("0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076")
+
+
+def _read(path):
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def absent_devices():
+    """The accelerator kinds this machine has none of: a subset of {"gpu", "tpu"}."""
+    absent = set()
+    if not any(os.path.exists(node) for node in NVIDIA_DEVICE_NODES):
+        absent.add("gpu")
+    tpu = glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*") or any(
+        _read(vendor) == GOOGLE_PCI_VENDOR
+        and _read(os.path.join(os.path.dirname(vendor), "device")) in TPU_PCI_DEVICES
+        for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"))
+    if not tpu:
+        absent.add("tpu")
+    return absent
+
+
+_ABSENT = absent_devices()
 START_UP_LINES = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\)"
     r"|[IW]0000 \S+ +\d+ (port|cudart_stub|cpu_feature_guard|cuda_\w+)\.cc:\d+\]"
-    r"|E0000 \S+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit"
-    r"|To enable the following instructions:)")
+    + (r"|E0000 \S+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit" if "gpu" in _ABSENT else "")
+    + r"|To enable the following instructions:)")
+# JAX's backend names -> the device kind each needs.
+_JAX_BACKEND_DEVICES = {"tpu": "tpu", "cuda": "gpu", "gpu": "gpu"}
+_JAX_UNAVAILABLE = re.compile(r"Unable to initialize backend '(\w+)'")
+
+
+class _AbsentJaxBackend(logging.Filter):
+    """Drops JAX's `Unable to initialize backend 'tpu': ...` where no TPU is present (the same for
+    a GPU backend without an NVIDIA device); any other record passes."""
+
+    def filter(self, record):
+        try:
+            found = _JAX_UNAVAILABLE.match(record.getMessage())
+        except (TypeError, ValueError):   # a malformed record is shown as logging shows it
+            return True
+        return not (found and _JAX_BACKEND_DEVICES.get(found.group(1)) in _ABSENT)
+
+
+def quiet_jax():
+    """JAX's lines about an absent device kept off the console (see the module doc); JAX is not
+    imported. A no-op with CONVBERT_TF_LOGS=1."""
+    if os.environ.get("CONVBERT_TF_LOGS") == "1":
+        return
+    logger = logging.getLogger("jax._src.xla_bridge")
+    if not any(isinstance(f, _AbsentJaxBackend) for f in logger.filters):
+        logger.addFilter(_AbsentJaxBackend())
 
 
 def quiet_tensorflow():
-    """Import TensorFlow without its start-up lines (see the module doc); a no-op with
-    CONVBERT_TF_LOGS=1, another Keras backend, TensorFlow already imported or not installed."""
+    """Import TensorFlow without its start-up lines (see the module doc), and `quiet_jax()`; a
+    no-op with CONVBERT_TF_LOGS=1, TensorFlow's part also with another Keras backend, TensorFlow
+    already imported or not installed."""
     if os.environ.get("CONVBERT_TF_LOGS") == "1":
         return
+    quiet_jax()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow" or "tensorflow" in sys.modules:
         return
@@ -42,7 +114,9 @@ def quiet_tensorflow():
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow
+            if "gpu" in _ABSENT:   # its cuInit failure now, while captured (module doc)
+                tensorflow.config.list_physical_devices("GPU")
         except ImportError:
             pass               # the JAX-only install: nothing to quiet
         finally:

@@ -1,19 +1,38 @@
 """Commands print no TensorFlow C++ start-up lines (base/command.py): not from the filter itself,
-not from a driver; CONVBERT_TF_LOGS=1 brings them back (so the filter is what removes them)."""
+not from a driver; CONVBERT_TF_LOGS=1 brings them back (so the filter is what removes them).
+Nor, on a machine without the device, TensorFlow's `failed call to cuInit` (printed when a
+device is first used, after the import) or JAX's `Unable to initialize backend 'tpu'`."""
 import os
 import subprocess
 import sys
 
+import pytest
+
+from base.command import absent_devices
 from tests.conftest import REPO_ROOT
 
 NOISE = ("I0000", "WARNING: All log messages", "oneDNN")
+# Only where the device is absent: on a GPU (TPU) machine such a line is a real error.
+ABSENT_DEVICE_NOISE = {"gpu": "failed call to cuInit", "tpu": "Unable to initialize backend 'tpu'"}
 SNIPPET = ("from base.command import quiet_tensorflow; quiet_tensorflow(); import keras; "
            "import sys; print(keras.ops.ones(1)); print('own line', file=sys.stderr)")
+# A JAX command as the drivers are: absl's app.run (Python logging at INFO), JAX's backends
+# initialised; JAX_PLATFORMS unset (as a user has it), so JAX tries every backend it knows.
+JAX_SNIPPET = """
+from base.command import quiet_tensorflow
+quiet_tensorflow()
+from absl import app
+def main(argv):
+    import jax, sys
+    print(jax.devices()); print('own line', file=sys.stderr)
+app.run(main)
+"""
 
 
 def _run(args, **extra_env):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "CONVBERT_TF_LOGS")}
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_BACKEND", "CONVBERT_TF_LOGS",
+                        "JAX_PLATFORMS")}
     # a fresh interpreter, not a fork of the tests' zygote: its start-up lines are the subject
     env.update(PYTHONPATH=str(REPO_ROOT), CONVBERT_TEST_ZYGOTE="0", **extra_env)
     return subprocess.run([sys.executable, *args], cwd=str(REPO_ROOT), env=env,
@@ -21,8 +40,10 @@ def _run(args, **extra_env):
 
 
 def noisy_lines(proc):
+    absent = [text for kind, text in ABSENT_DEVICE_NOISE.items() if kind in absent_devices()]
     return [line for line in (proc.stdout + proc.stderr).splitlines()
-            if line.startswith(NOISE[:2]) or NOISE[2] in line]
+            if line.startswith(NOISE[:2]) or NOISE[2] in line
+            or any(text in line for text in absent)]
 
 
 def test_start_up_lines_dropped_and_other_lines_kept():
@@ -49,3 +70,19 @@ def test_a_module_command_is_quiet():
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.splitlines() == [
         "error: the following arguments are required: --model_dir, --step, --output_dir"]
+
+
+def test_jax_command_is_quiet_about_an_absent_tpu():
+    """JAX logs `Unable to initialize backend 'tpu': ... libtpu.so` at INFO where libtpu is
+    missing; base/command.py drops it where no TPU is present, and only that line."""
+    pytest.importorskip("jax")
+    if "tpu" not in absent_devices():
+        pytest.skip("a TPU is present: its backend errors are real")
+    quiet = _run(["-c", JAX_SNIPPET], KERAS_BACKEND="jax")
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert noisy_lines(quiet) == [] and "own line" in quiet.stderr
+    loud = _run(["-c", JAX_SNIPPET], KERAS_BACKEND="jax", CONVBERT_TF_LOGS="1")
+    assert loud.returncode == 0, loud.stderr[-2000:]
+    if "libtpu" not in loud.stderr:
+        pytest.skip("this JAX reports no TPU backend error to filter")
+    assert "Unable to initialize backend 'tpu'" in loud.stderr
