@@ -56,6 +56,16 @@ class Log:
         return time.time() - self.started
 
 
+def loop_over_timed(record, step_ms):
+    """A pre-training stage's wall (held-out points and checkpoints included) per step, over the
+    RTD step timed alone: what the plan's LOOP_OVERHEAD and held-out allowance stand for, as this
+    run met them (None before any step)."""
+    steps = record.get("global_step") if record else None
+    if not steps or not step_ms:
+        return None
+    return round(record["wall_seconds"] / (steps * step_ms / 1e3), 2)
+
+
 class GpuRun:
     """The stages of reproduce/gpu_stages.py in order, timed on the budget clock (`log`), with
     the plan between the timings and the training, and the report after every stage."""
@@ -168,8 +178,10 @@ class GpuRun:
         self.results["pretraining"] = {}
         pretraining = Pretraining(models, inputs, self.work, self.log)
         for model in PRETRAINED:
-            self.results["pretraining"][model] = self.stage(
+            record = self.results["pretraining"][model] = self.stage(
                 f"pretrain_{model}", lambda m=model: pretraining.run(m, plan["steps"]))
+            self.results.setdefault("pretraining_loop_over_timed", {})[model] = \
+                loop_over_timed(record, tp["models"][model]["step_ms"])
             self.report()
         fraction = plan.get("finetune_step_fraction", 1.0)
         finetuning = Finetuning(models, inputs, self.work, self.log, fraction=fraction,

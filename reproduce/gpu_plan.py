@@ -33,7 +33,8 @@ P4) and against the P4 target rates.
 # 1.4-1.6x in fine-tuning (host batches, the loop's bookkeeping; the steps there were
 # host-bound), where the plan had assumed 1.1 and 1.2: that run was still fine-tuning at 1.2x
 # its budget when its command was stopped. Measured on the one-step-per-call core; the run
-# records the ratio it meets (results.json "pretraining_loop_over_timed") for the next plan.
+# records what it meets (results.json "pretraining_loop_over_timed": the pre-training stage's
+# wall per step, held-out points included, over the timed step) for the next plan.
 LOOP_OVERHEAD = 1.6
 REPORT_RESERVE_S = 15.0        # kept for the reports at the end
 MIN_PRETRAIN_STEPS = 100

@@ -115,6 +115,13 @@ def details(data, recipe):
                      f"{plan['finetune_step_fraction']:.2f} of the official steps on every task "
                      "(the budget's cap)") + ", more while the budget lasts.", ""]
         lines += [schedule_text(recipe.lr_schedule(plan["steps"]), plan["steps"]), ""]
+    ratios = {m: r for m, r in (data.get("pretraining_loop_over_timed") or {}).items() if r}
+    if ratios:
+        lines += ["Pre-training stage wall per step over the RTD step timed alone (held-out "
+                  "points and checkpoints included; the plan allowed "
+                  f"{(plan or {}).get('loop_overhead', '?')}x plus the held-out points): "
+                  + ", ".join(f"{report.MODEL_TITLES[m]} {r:.2f}" for m, r in ratios.items())
+                  + ".", ""]
     lines.append(f"Fine-tuning: official settings, SST-2 capped at {recipe.sst_epochs:g} "
                  f"epoch(s); seeds run in rounds while the budget lasts.")
     return "\n".join(lines) + "\n"

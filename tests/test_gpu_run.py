@@ -88,6 +88,7 @@ def test_smoke_run_end_to_end_and_resume(bundle):
         assert p["history"][-1]["learning_rate"] == pytest.approx(5e-4 * 3 / 10_000 / 4,
                                                                   rel=1e-3)
         assert all("disc_auc_last_gen" in h for h in p["heldout"])
+    assert all(r > 0 for r in data["pretraining_loop_over_timed"].values())
     # the report leads with the answer: steps, tokens, the share of the official budget
     assert data["budget_used"] == {"steps": 4, "tokens": 4 * 8 * 128,
                                    "fraction_of_official": 4 * 8 * 128 / 1e6 / 128 / 128}
@@ -395,17 +396,22 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
     """reproduce/gpu_rtd_probe.py on the smoke model: every variant's held-out points, the
     discriminator's spread, and the schedules it was asked for."""
     _, out, _ = bundle
-    result = tmp_path / "probe.json"
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "reproduce/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
-         "--steps=4", "--schedule_steps=40", "--points=2", "--heldout_examples=16",
-         "--variants=run,warmup10x,lowlr", f"--output={result}"],
-        cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "JAX compilation cache: " in done.stdout
-    data = json.loads(result.read_text())
+
+    def probe(name, *flags):
+        """The probe's JSON after `--smoke --steps=4 --points=2` and `flags`."""
+        result = tmp_path / f"{name}.json"
+        env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+               "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
+        done = subprocess.run(
+            [sys.executable, "reproduce/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
+             "--steps=4", "--points=2", "--heldout_examples=16", *flags,
+             f"--output={result}"],
+            cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "JAX compilation cache: " in done.stdout
+        return result, json.loads(result.read_text())
+
+    result, data = probe("probe", "--schedule_steps=40", "--variants=run,warmup10x,lowlr")
     runs = data["variants"]
     assert {k: v["warmup_steps"] for k, v in runs.items()} == {"run": 4, "warmup10x": 40,
                                                                "lowlr": 4}
@@ -422,17 +428,10 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
         5e-4 * decay * 4 / 40, rel=1e-3)
     # the budget schedules at the planned length (decay to 0 at step 4), the collapse stop
     # (every point "at the prior" with a margin of 0.6: stopped at the run's middle)
-    budget = tmp_path / "budget.json"
-    done = subprocess.run(
-        [sys.executable, "reproduce/gpu_rtd_probe.py", f"--bundle_dir={out}", "--smoke",
-         "--steps=4", "--points=2", "--heldout_examples=16", "--collapse_margin=0.6",
-         "--variants=warmup40,warmup4@1e-3", f"--output={budget}"],
-        cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    probe = json.loads(budget.read_text())
-    assert probe["ranking"] == []
+    _, budget = probe("budget", "--collapse_margin=0.6", "--variants=warmup40,warmup4@1e-3")
+    assert budget["ranking"] == []
     for name, peak, warmup in (("warmup40", 5e-4, 40), ("warmup4@1e-3", 1e-3, 4)):
-        variant = probe["variants"][name]
+        variant = budget["variants"][name]
         assert (variant["peak_lr"], variant["warmup_steps"], variant["schedule_steps"]) == (
             pytest.approx(peak), warmup, 4)
         assert [p["step"] for p in variant["points"]] == [2]
