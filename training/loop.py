@@ -15,6 +15,13 @@ owns what is the same on every backend:
 * a window of metric sums, summarized every `log_every` steps into a record (the objective's
   fields, lr, grad_norm, seq/s), a progress line with elapsed time and ETA (training/progress.py),
   TensorBoard scalars (a training/summaries.py writer, when one is given) and a history;
+* one line as soon as the first compiled call has run, with its time (tracing / compilation),
+  unless that call ends on a log step (then its progress line says it); that line is no record;
+* seq/s leaves the first call out (its steps and its time: the compilation) wherever there are
+  later steps: a window's seq/s and the summary's are then the same measure (one window: the
+  same number), and the first call's own rate only where nothing came after it;
+* before the first step, one line when the whole run lies inside the learning-rate warm-up
+  (`warmup_message`: a short run under a long schedule's warm-up trains at a tiny rate);
 * saves every `save_every` steps and at the end (also when there was nothing left to train);
 * SIGTERM / SIGINT (a TPU or spot preemption notice, Ctrl-C): the current compiled call
   finishes, a checkpoint of that step is saved and the run stops with `Interrupted` (exit code
@@ -131,6 +138,33 @@ def non_finite_message(values, step, *, label="", learning_rate=None, checkpoint
             f"try a lower learning_rate{hint} or check the data")
 
 
+def warmup_message(settings, start_step, schedule, label=""):
+    """One line when every step from `start_step` to the end lies inside the learning-rate
+    warm-up, so the rate never reaches its peak (None otherwise): the steps, the warm-up, the
+    highest rate the run trains at against the peak, and the setting to change."""
+    s = settings
+    warmup = s.warmup(s.schedule_length)
+    if warmup <= 0 or s.total_steps > warmup or start_step >= s.total_steps:
+        return None
+    lr_at = getattr(schedule, "host_value", schedule)
+    steps = range(start_step, s.total_steps)
+    if len(steps) > 1000:   # the rate is monotone in the warm-up but for the decay: sample it
+        steps = sorted(set(np.linspace(start_step, s.total_steps - 1, 1000).astype(int)))
+    highest = max(float(np.asarray(lr_at(step))) for step in steps)
+    prefix = f"{label}: " if label else ""
+    if int(s.warmup_steps) >= int(s.schedule_length * s.warmup_proportion):
+        setting = f"num_warmup_steps (now {int(s.warmup_steps):,})"
+    else:
+        setting = f"warmup_proportion (now {s.warmup_proportion:g})"
+    schedule_note = ""
+    if s.schedule_steps and s.schedule_steps != s.total_steps:
+        schedule_note = f" of a {s.schedule_length:,}-step schedule"
+    return (f"{prefix}note: all {s.total_steps:,} steps of this run lie inside its "
+            f"{warmup:,}-step learning-rate warm-up{schedule_note}: the learning rate reaches "
+            f"at most {highest:.2g} (peak {s.learning_rate:g}); to train at the peak set "
+            f"{setting} below the run's length, or train longer")
+
+
 @dataclasses.dataclass
 class LoopResult:
     start_step: int
@@ -139,6 +173,10 @@ class LoopResult:
     history: list                 # the window records, one per log line
     train_seconds: float          # the loop itself (data pipeline built, first step included)
     first_step_seconds: float     # the first call: tracing / compilation
+    # seq/s: the steps after the first call and their time (from the end of the first call to
+    # the end of the last), or the first call's when nothing came after it
+    timed_steps: int = 0
+    timed_seconds: float = 0.0
 
 
 def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, save=None,
@@ -153,9 +191,15 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
     Interrupted (a TrainingError, after saving) on SIGTERM / SIGINT."""
     s = settings
     prefix = f"{label}: " if label else ""
+    notice = warmup_message(s, start_step, schedule, label)
+    if notice:
+        log(notice)
     loop_start = time.time()
     rate = StepRate(start_step, s.total_steps)
     window, window_steps, window_start = None, 0, time.time()
+    window_timed = 0      # the window's steps after the first call (its seq/s counts those)
+    first_call = None     # (steps, seconds) of the first call
+    last_call_end = None
     history = []
     step = start_step
     saved_step = start_step if last_saved is not None else None
@@ -180,25 +224,46 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
                 raise TrainingError(message)
             window = values if window is None else {k: window[k] + values[k] for k in window}
             window_steps += num
-            if step % max(1, s.log_every) == 0 or step == s.total_steps:
-                now = time.time()
+            last_call_end = time.time()
+            # On the host when the schedule can (no device round trip per log line).
+            lr_at = getattr(schedule, "host_value", schedule)
+            logs_now = step % max(1, s.log_every) == 0 or step == s.total_steps
+            compile_note = ""
+            if first_call is None:
+                first_call = (num, rate.first_step_seconds)
+                window_start = rate.started + first_call[1]   # later steps' seq/s from here
+                compile_note = (f" | first call {first_call[1]:.1f}s (tracing and compiling "
+                                "the step)")
+                if not logs_now:
+                    log(f"{prefix}step {step}/{s.total_steps} "
+                        f"({100.0 * step / s.total_steps:.1f}%){compile_note} | loss "
+                        f"{float(values['loss']) / num:.4f} | lr "
+                        f"{float(np.asarray(lr_at(step - 1))):.3g} | next line at step "
+                        f"{min(s.total_steps, (step // max(1, s.log_every) + 1) * s.log_every)}")
+            else:
+                window_timed += num
+            if logs_now:
+                now = last_call_end
                 record = {"step": step, **summarize(window, window_steps)}
                 record.setdefault("loss", float(window["loss"]) / window_steps)
-                # On the host when the schedule can (no device round trip per log line).
-                lr_at = getattr(schedule, "host_value", schedule)
                 record["learning_rate"] = float(np.asarray(lr_at(step - 1)))
                 record["grad_norm"] = float(window["grad_norm"]) / window_steps
-                record["sequences_per_second"] = window_steps * s.batch_size / max(
-                    now - window_start, 1e-9)
+                if window_timed:   # the steps after the first call, from its end
+                    record["sequences_per_second"] = window_timed * s.batch_size / max(
+                        now - window_start, 1e-9)
+                else:              # the first call alone: its own rate, compilation included
+                    record["sequences_per_second"] = first_call[0] * s.batch_size / max(
+                        first_call[1], 1e-9)
                 log(f"{prefix}step {step}/{s.total_steps} ({100.0 * step / s.total_steps:.1f}%)"
                     f" {describe(record)} | lr {record['learning_rate']:.3g} | "
                     f"{record['sequences_per_second']:.1f} seq/s | elapsed "
-                    f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}")
+                    f"{format_duration(rate.elapsed())} | ETA {format_duration(rate.eta(step))}"
+                    f"{compile_note}")
                 if writer is not None:
                     writer.write({k: v for k, v in record.items() if k != "step"}, step,
                                  prefix=scalar_prefix)
                 history.append(record)
-                window, window_steps, window_start = None, 0, now
+                window, window_steps, window_start, window_timed = None, 0, now, 0
             if save is not None and ((s.save_every and step % s.save_every == 0)
                                      or step == s.total_steps):
                 do_save()
@@ -214,9 +279,16 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
                                   "resume", stop.received)
     if save is not None and saved_step != step:
         do_save()   # nothing was left to train: the state still goes out
+    timed_steps, timed_seconds = 0, 0.0
+    if first_call is not None:
+        timed_steps = step - start_step - first_call[0]
+        timed_seconds = last_call_end - (rate.started + first_call[1])
+        if timed_steps <= 0:       # nothing after the first call: its own rate
+            timed_steps, timed_seconds = first_call
     return LoopResult(start_step=start_step, step=step, last_saved=last_saved, history=history,
                       train_seconds=time.time() - loop_start,
-                      first_step_seconds=rate.first_step_seconds)
+                      first_step_seconds=rate.first_step_seconds, timed_steps=timed_steps,
+                      timed_seconds=timed_seconds)
 
 
 def run_summary(settings, result, started_at, num_params, extra=None):
@@ -232,9 +304,10 @@ def run_summary(settings, result, started_at, num_params, extra=None):
         "wall_seconds": round(time.time() - started_at, 2),
         "train_seconds": round(result.train_seconds, 2),
         "first_step_seconds": round(first, 2),
+        # the steps after the first call over their time, as the progress lines count them
         "sequences_per_second": round(
-            steps_run * s.batch_size / max(result.train_seconds - first, 1e-9)
-            if steps_run > 1 else 0.0, 2),
+            result.timed_steps * s.batch_size / max(result.timed_seconds, 1e-9)
+            if result.timed_steps else 0.0, 2),
         "first": result.history[0] if result.history else None,
         "final": result.history[-1] if result.history else None,
         "history": result.history,

@@ -47,8 +47,84 @@ def test_logs_saves_and_records():
     assert [r["step"] for r in result.history] == [2, 4, 6, 7]
     assert result.history[0]["mean"] == 0.5 and result.history[-1]["loss"] == 6.0
     assert result.history[0]["learning_rate"] == 0.5 and result.history[0]["grad_norm"] == 2.0
-    assert lines[0].startswith("toy: step 2/7 (28.6%) mean 0.50 | lr 0.5 | ")
-    assert "ETA" in lines[0] and len(lines) == 4
+    # the first call's line (no record), then one per log window
+    assert lines[0].startswith("toy: step 1/7 (14.3%) | first call ")
+    assert "(tracing and compiling the step) | loss 0.0000 | lr 0.5 | next line at step 2" \
+        in lines[0]
+    assert lines[1].startswith("toy: step 2/7 (28.6%) mean 0.50 | lr 0.5 | ")
+    assert "ETA" in lines[1] and len(lines) == 5
+
+
+class StepRateOn:
+    """training/progress.py's StepRate on a FakeClock."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def __call__(self, start, total):
+        from training.progress import StepRate
+        return StepRate(start, total, clock=self.clock.time)
+
+
+class FakeClock:
+    """time.time() for the loop: the first call takes 10 s (the compilation), every later one 1 s."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
+
+
+def test_first_call_line_and_seq_per_second_without_the_compilation(monkeypatch):
+    import training.loop as loop
+    clock = FakeClock()
+    monkeypatch.setattr(loop, "time", clock)
+    monkeypatch.setattr(loop, "StepRate", StepRateOn(clock))
+    calls = []
+
+    def run_steps(step):
+        clock.now += 10.0 if not calls else 1.0
+        calls.append(step)
+        return 1, {"loss": np.float32(1.0), "grad_norm": np.float32(2.0)}
+
+    for log_every, first_line in ((2, "toy: step 1/7 (14.3%) | first call 10.0s"),
+                                  (1, "toy: step 1/7 (14.3%) mean 1.00")):
+        calls.clear()
+        lines = []
+        result = run_loop(settings(log_every=log_every), 0, run_steps,
+                          summarize=lambda w, n: {"mean": float(w["loss"]) / n},
+                          describe=lambda r: f"mean {r['mean']:.2f}", schedule=lambda step: 0.5,
+                          log=lines.append, label="toy")
+        assert lines[0].startswith(first_line), lines[0]
+        assert lines[0].endswith("| first call 10.0s (tracing and compiling the step)") == (
+            log_every == 1)
+        summary = run_summary(settings(log_every=log_every), result, started_at=clock.now,
+                              num_params=1)
+        assert summary["first_step_seconds"] == 10.0
+        # batch 4, one step a second after the first: 4 seq/s in every line and the summary
+        # (the first call alone: its own 4 / 10 s)
+        rates = [r["sequences_per_second"] for r in result.history]
+        assert rates == ([4.0] * 4 if log_every == 2 else [0.4] + [4.0] * 6), rates
+        assert summary["sequences_per_second"] == 4.0
+
+
+def test_a_run_inside_its_warm_up_says_so_first():
+    result, _, _, lines = run(settings(total_steps=7, warmup_steps=10, log_every=7))
+    assert lines[0] == ("toy: note: all 7 steps of this run lie inside its 10-step "
+                        "learning-rate warm-up: the learning rate reaches at most 0.5 (peak 0.1); "
+                        "to train at the peak set num_warmup_steps (now 10) below the run's "
+                        "length, or train longer")
+    assert len(lines) == 3 and result.history[0]["step"] == 7   # the note is no record
+    from training.loop import warmup_message
+    s = settings(total_steps=20, warmup_steps=10)
+    assert warmup_message(s, 0, s.schedule()) is None             # reaches its peak
+    s = settings(total_steps=10, warmup_steps=10_000, learning_rate=5e-4, schedule_steps=1000)
+    assert "10,000-step learning-rate warm-up of a 1,000-step schedule" in \
+        warmup_message(s, 0, s.schedule())
+    s = settings(total_steps=10, warmup_proportion=1.0)
+    assert "reaches at most 0.025 (peak 0.1); to train at the peak set warmup_proportion (now 1)" \
+        in warmup_message(s, 0, s.schedule())
 
 
 def test_non_finite_loss_stops_before_saving():
