@@ -34,7 +34,8 @@ From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow
         --init_checkpoint=NATIVE_OR_HF_DIR --model_dir=out/glue_jax [--do_predict]
 
 --features_dir replaces --data_dir for GLUE tasks (no tokenization; the manifest's vocabulary
-sha256, max_seq_length and casing must match the run's) and writes the same results files. On
+sha256, max_seq_length and casing must match the run's; without --max_seq_length the run takes
+the manifest's) and writes the same results files. On
 JAX: GLUE only (no SQuAD), native or Hugging Face checkpoints (convert an official TF1 one
 first), precision fp32 or bf16, one device; --data_dir, if also given, only checks the
 leaderboard files against the GLUE test sets. What a JAX run writes is what a TensorFlow run
@@ -87,9 +88,12 @@ _flags.DEFINE_string("model_size", None, "small, medium-small, base, a configs/ 
                     ".json config (default: small). Sets the learning rate and, without a "
                     "checkpoint, the architecture.")
 _flags.DEFINE_string("vocab_file", None, "WordPiece vocab (BERT uncased). Default: vocab.txt next "
-                    "to the checkpoint.")
+                    "to the checkpoint (run_pretraining.py writes the one it used into its "
+                    "model_dir).")
 _flags.DEFINE_string("sp_model", None, "SentencePiece model instead of --vocab_file (the one the "
-                    "encoder was pre-trained with).")
+                    "encoder was pre-trained with). Default, where no vocab.txt is: the "
+                    "sentencepiece.model run_pretraining.py --sp_model wrote into its "
+                    "model_dir.")
 _flags.DEFINE_string("model_dir", None, "Output directory (results/, tensorboard/).")
 _flags.DEFINE_string("hparams", None, "JSON object or path to a JSON file of hparams "
                     "(finetune/hparams.py); unknown keys are an error.")
@@ -100,7 +104,8 @@ define_distribution_flags(_flags.DEFINE_string, _flags.DEFINE_integer)
 _flags.DEFINE_bool("do_train", True, "Fine-tune on the train split.")
 _flags.DEFINE_bool("do_eval", True, "Evaluate on the dev split and write dev predictions/metrics.")
 _flags.DEFINE_bool("do_predict", False, "Predict the test split(s) and write leaderboard files.")
-_flags.DEFINE_integer("max_seq_length", None, "Default 128 (512 for SQuAD).")
+_flags.DEFINE_integer("max_seq_length", None, "Default 128 (512 for SQuAD); with --features_dir "
+                     "the features' (their manifest's).")
 _flags.DEFINE_integer("train_batch_size", None, "Default 32.")
 _flags.DEFINE_float("num_train_epochs", None, "Default 3 (RTE/STS-B 10, SQuAD 2).")
 _flags.DEFINE_integer("max_train_steps", None, "Cap on training steps (smoke tests).")
@@ -166,11 +171,20 @@ def run(argv=None):
         raise UsageError(f"{data_dir}: --data_dir not found")
     if features_dir and not fileio.isdir(features_dir):
         raise UsageError(f"{features_dir}: --features_dir not found")
+    if features_dir and base_hp.max_seq_length is None:
+        # The length the features were made at, unless --max_seq_length / --hparams asks for
+        # one (another one is then refused, naming the manifest).
+        from finetune.feature_files import read_manifest
+        base_hp.max_seq_length = read_manifest(features_dir)["max_seq_length"]
     if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
         raise UsageError(f"{init}: --init_checkpoint not found")
+    sp_model = FLAGS.sp_model
+    if init and not (FLAGS.vocab_file or sp_model or features_dir):
+        from finetune.encoder_source import find_sp_model
+        sp_model = find_sp_model(init)   # a SentencePiece pre-training's, in its model_dir
     from finetune.run import keras_backend, run_tasks
     kwargs = dict(data_dir=data_dir, init_checkpoint=init, vocab_file=FLAGS.vocab_file,
-                  sp_model=FLAGS.sp_model, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
+                  sp_model=sp_model, do_train=FLAGS.do_train, do_eval=FLAGS.do_eval,
                   do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
                   predict_file=FLAGS.predict_file, features_dir=features_dir)
     if keras_backend(features_dir) == "jax":   # finetune/jax_trainer.py; no TensorFlow

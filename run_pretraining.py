@@ -25,7 +25,9 @@ On Keras-on-JAX, without TensorFlow (it is never imported, even where it is inst
 What a run writes into --model_dir, per backend:
   TensorFlow: checkpoints/ (tf.train.Checkpoint, the last --keep_checkpoint_max); on JAX:
     jax_checkpoints/ (safetensors, the same number); rerunning resumes from the newest.
-  Both: discriminator/ and generator/ (the exports, native format), train/ (TensorBoard scalars
+  Both: vocab.txt (or sentencepiece.model): the vocabulary the shards were built with, where
+    `run_finetuning.py --init_checkpoint=<model_dir>` finds it;
+    discriminator/ and generator/ (the exports, native format), train/ (TensorBoard scalars
     every --log_every_n_steps: loss, gen_loss, gen_accuracy, disc_loss, disc_accuracy,
     disc_auc, learning_rate, grad_norm, sequences_per_second; one event file per run or
     resume, written without TensorFlow on JAX), hparams.json and pretraining_summary.json
@@ -126,9 +128,10 @@ def _default_data(max_seq_length):
     return pattern, default_corpus.default_vocab_file()
 
 
-def resolve(flag_values, backend="tensorflow"):
+def resolve(flag_values, backend="tensorflow", vocabulary=None):
     """Flags -> (hparams, model_dir, shard files, special token ids), on either backend (nothing
-    here imports TensorFlow but the demo data's builder). Raises one-line errors."""
+    here imports TensorFlow but the demo data's builder). Raises one-line errors. `vocabulary`:
+    a dict to receive the vocab_file and sp_model the run uses (None where there is none)."""
     # Paths may be local or any filesystem tf.io.gfile knows (gs://, ram://): base/fileio.py;
     # joined with os.path (posix on the machines TensorFlow's bucket filesystems run on).
     from data.errors import DataError
@@ -206,6 +209,8 @@ def resolve(flag_values, backend="tensorflow"):
     blocked = fileio.output_dir_error(model_dir, "--model_dir")
     if blocked:
         raise UsageError(blocked)
+    if vocabulary is not None:
+        vocabulary.update(vocab_file=vocab_file, sp_model=sp_model)
     return hp, model_dir, files, special_ids
 
 
@@ -233,11 +238,12 @@ def main(argv):
         # The strategy first: logical devices and the worker cluster are fixed at TF start-up.
         strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,
                                  FLAGS.tpu_zone, FLAGS.gcp_project)
-        hp, model_dir, files, special_ids = resolve(FLAGS)
+        vocabulary = {}
+        hp, model_dir, files, special_ids = resolve(FLAGS, vocabulary=vocabulary)
         if hp.deterministic:
             tf.config.experimental.enable_op_determinism()
         summary = pretrain(hp, model_dir, files, strategy, hp.vocab_size, log=log,
-                           special_ids=special_ids)
+                           special_ids=special_ids, **vocabulary)
     except user_errors as e:
         exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT
     _report(summary)
@@ -261,8 +267,10 @@ def _main_jax():
             if getattr(FLAGS, flag):
                 raise UsageError(f"--{flag} is for TensorFlow; on JAX every local device is "
                                  "used (--num_cpu_devices=N splits the CPU)")
-        hp, model_dir, files, special_ids = resolve(FLAGS, backend="jax")
-        summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log)
+        vocabulary = {}
+        hp, model_dir, files, special_ids = resolve(FLAGS, backend="jax", vocabulary=vocabulary)
+        summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log,
+                               **vocabulary)
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,
             FileNotFoundError) as e:
         exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT

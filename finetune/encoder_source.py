@@ -4,7 +4,8 @@
     encoder = source.build()                      # a fresh ConvBertModel with its weights
 
 Also the checks that belong to the checkpoint: the sequence length it was pre-trained with
-(`check_sequence_length`) and the vocab file found beside it (`find_vocab_file`).
+(`check_sequence_length`) and the vocabulary found beside it (`find_vocab_file`, or the
+SentencePiece model a pre-training run wrote: `find_sp_model`).
 """
 from __future__ import annotations
 
@@ -117,20 +118,45 @@ def check_sequence_length(source: EncoderSource, max_seq_length: int, task: str)
              f"{source.path} (it records no pre-training max_seq_length)")
 
 
+VOCAB_NAMES = ("vocab.txt", "bert-uncased-vocab.txt")
+# What run_pretraining.py writes into its model_dir when it pre-trained with --sp_model
+# (pretrain/task.py write_vocabulary).
+SP_MODEL_NAME = "sentencepiece.model"
+
+
+def _beside(init_checkpoint):
+    """The directories a vocabulary of `init_checkpoint` may lie in: its own (a pre-training
+    model_dir), its discriminator/ export, and the one above (for a checkpoint inside it)."""
+    base = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.dirname(init_checkpoint)
+    return (base, fileio.join(base, "discriminator"), fileio.absolute_parent(base))
+
+
 def find_vocab_file(vocab_flag, init_checkpoint):
     if vocab_flag:
         if not fileio.isfile(vocab_flag):
             raise UsageError(f"{vocab_flag}: vocab file not found")
         return vocab_flag
     if init_checkpoint:
-        base = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.dirname(
-            init_checkpoint)
-        parent = fileio.absolute_parent(base)
-        for d in (base, fileio.join(base, "discriminator"), parent):
-            for name in ("vocab.txt", "bert-uncased-vocab.txt"):
+        for d in _beside(init_checkpoint):
+            for name in VOCAB_NAMES:
                 path = fileio.join(d, name)
                 if fileio.isfile(path):
                     return path
     raise UsageError("--vocab_file is required (the BERT uncased vocab.txt); none was found "
                      "next to --init_checkpoint")
+
+
+def find_sp_model(init_checkpoint):
+    """The SentencePiece model a pre-training run wrote beside `init_checkpoint`
+    (sentencepiece.model); None when there is none, or when find_vocab_file finds a WordPiece
+    vocab at least as near (the nearest directory of `_beside` wins; in one, the vocab)."""
+    if not init_checkpoint:
+        return None
+    for d in _beside(init_checkpoint):
+        if any(fileio.isfile(fileio.join(d, name)) for name in VOCAB_NAMES):
+            return None
+        path = fileio.join(d, SP_MODEL_NAME)
+        if fileio.isfile(path):
+            return path
+    return None
 

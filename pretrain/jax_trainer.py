@@ -27,7 +27,7 @@ import time
 
 from base import fileio
 from pretrain.hparams import train_settings
-from pretrain.task import PretrainingTask
+from pretrain.task import PretrainingTask, write_vocabulary
 from training.jax_core import JaxTrainingCore, use_devices
 from training.loop import TrainingError
 
@@ -48,8 +48,10 @@ def pretraining_core(hp, train_files, vocab_size, special_ids=None, log=print, t
 
 
 def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=print,
-                 num_devices=None):
-    """Pre-train `hp` on `train_files` into `model_dir` on JAX; returns the run summary."""
+                 num_devices=None, vocab_file=None, sp_model=None):
+    """Pre-train `hp` on `train_files` into `model_dir` on JAX; returns the run summary.
+    vocab_file / sp_model: the shards' vocabulary, copied into `model_dir` as on TensorFlow
+    (pretrain/task.py write_vocabulary)."""
     import keras
     if keras.backend.backend() != "jax":
         raise TrainingError("pretrain_jax needs KERAS_BACKEND=jax")
@@ -61,6 +63,7 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     task, core = pretraining_core(hp, train_files, vocab_size, special_ids, log)
     fileio.makedirs(model_dir)
     hp.to_json(os.path.join(model_dir, "hparams.json"))
+    write_vocabulary(model_dir, vocab_file, sp_model)
     log(f"{hp.model_name}: {hp.model_size} ConvBERT, {core.num_params:,} trainable parameters "
         f"(discriminator + generator); JAX, {replicas} device(s); batch "
         f"{hp.train_batch_size} x {hp.max_seq_length}; precision {hp.precision}; "

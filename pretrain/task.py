@@ -12,7 +12,8 @@ core's: TensorFlow's (training/core.py, `pretrain` below) or JAX's (training/jax
 pretrain/jax_trainer.py), which run this same task; its step is keras.ops only, and its input
 is `dataset` (tf.data) on TensorFlow, `host_batches` (data/tfrecord_io.py, NumPy) on JAX.
 
-Layout of <model_dir>: hparams.json, checkpoints/ckpt-<step>, train/ (TensorBoard),
+Layout of <model_dir>: hparams.json, vocab.txt (or sentencepiece.model: the vocabulary the
+shards were built with), checkpoints/ckpt-<step>, train/ (TensorBoard),
 discriminator/ and generator/ (native Keras exports, replaced atomically at every save, so
 `ConvBertModel.from_pretrained(model_dir)` always finds a complete model) and
 pretraining_summary.json. model_dir may be local or any filesystem tf.io.gfile knows (gs://,
@@ -33,6 +34,10 @@ from training.task import Task
 
 SUMMARY_FILE = "pretraining_summary.json"
 HPARAMS_FILE = "hparams.json"
+# The vocabulary the run tokenized with, beside its checkpoints: fine-tuning's --init_checkpoint
+# finds it there (finetune/encoder_source.py find_vocab_file, find_sp_model).
+VOCAB_FILE = "vocab.txt"
+SP_MODEL_FILE = "sentencepiece.model"
 # Checkpoints live one level down, so that model_dir itself holds no TF `checkpoint` file and
 # `ConvBertModel.from_pretrained(model_dir)` finds the exported `discriminator/`.
 CHECKPOINT_DIR = "checkpoints"
@@ -62,6 +67,20 @@ def window_metrics(batch, out):
         "disc_weight": w_disc,
         "auc_pos": pos, "auc_neg": neg,
     }
+
+
+def write_vocabulary(model_dir, vocab_file=None, sp_model=None):
+    """Copies the run's WordPiece vocab (as <model_dir>/vocab.txt) or SentencePiece model (as
+    <model_dir>/sentencepiece.model) into `model_dir`, unless the same bytes are there already;
+    the path written (None: neither was given)."""
+    source, name = (vocab_file, VOCAB_FILE) if vocab_file else (sp_model, SP_MODEL_FILE)
+    if not source:
+        return None
+    target = os.path.join(model_dir, name)
+    data = fileio.read_bytes(source)
+    if not (fileio.isfile(target) and fileio.read_bytes(target) == data):
+        fileio.write_bytes_atomic(target, data)
+    return target
 
 
 class PretrainingTask(Task):
@@ -218,10 +237,11 @@ def make_core(hp, train_files, strategy, vocab_size, log=print, special_ids=None
 
 
 def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, special_ids=None,
-             task=None, summary_extra=None):
+             task=None, summary_extra=None, vocab_file=None, sp_model=None):
     """Pre-train (or resume) in `model_dir`; returns the run summary (also written to
     <model_dir>/pretraining_summary.json). `task` / `summary_extra`: another PretrainingTask
-    (see make_core) and more summary fields."""
+    (see make_core) and more summary fields; `vocab_file` / `sp_model`: the vocabulary the
+    shards were built with, copied into `model_dir` (write_vocabulary)."""
     import tensorflow as tf
     from training import distribution as dist
     started_at = time.time()
@@ -239,6 +259,7 @@ def pretrain(hp, model_dir, train_files, strategy, vocab_size, log=print, specia
         log(f"resumed from {restored} at step {resumed_step}")
     if core.chief:
         hp.to_json(os.path.join(model_dir, HPARAMS_FILE))
+        write_vocabulary(model_dir, vocab_file, sp_model)
     task_type, task_index, _ = dist.task_info()
     log(f"{hp.model_name}: {hp.model_size} ConvBERT, {core.num_params:,} trainable parameters "
         f"(discriminator + generator); {dist.describe(strategy)}; batch {hp.train_batch_size} x "

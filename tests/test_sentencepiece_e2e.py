@@ -1,7 +1,7 @@
 """SentencePiece end to end, each step the command a user types: corpus -> build_vocab.py
 (SentencePiece model) -> build_pretraining_dataset.py --sp_model -> 2 steps of run_pretraining.py
---sp_model -> run_finetuning.py --sp_model from that checkpoint on a slice of RTE (GLUE) and of
-SQuAD 1.1. Real data from ../shared (skipped cleanly without it); about two minutes on 2 cores.
+--sp_model -> run_finetuning.py from that checkpoint (no --sp_model: pre-training left the model
+in its model_dir) on a slice of RTE (GLUE) and of SQuAD 1.1. Real data from ../shared (skipped cleanly without it); about two minutes on 2 cores.
 """
 import json
 import os
@@ -65,8 +65,9 @@ def chain(tmp_path_factory):
                    f"--sp_model={sp_model}", f"--model_dir={pretrain_dir}", "--model_size=small",
                    "--num_train_steps=2", f"--hparams={json.dumps(PRETRAIN)}")
     finetune_dir = root / "finetune"
+    # No --sp_model: the one pre-training wrote into its model_dir is found there.
     finetune = run("run_finetuning.py", "--task_names", "rte,squadv1", "--data_dir", glue,
-                   "--sp_model", sp_model, "--init_checkpoint", pretrain_dir, "--model_dir",
+                   "--init_checkpoint", pretrain_dir, "--model_dir",
                    finetune_dir, "--max_seq_length", SEQ, "--max_train_steps", 2,
                    "--hparams", json.dumps(FINETUNE))
     return dict(root=root, sp_model=sp_model, pretrain_dir=pretrain_dir,
@@ -97,7 +98,10 @@ def test_pretraining_uses_the_models_ids(chain):
 def test_finetuning_glue_and_squad_with_sentencepiece(chain):
     out = chain["finetune_dir"]
     record = json.loads((out / "finetune_hparams.json").read_text())
-    assert record["sp_model"] == str(chain["sp_model"]) and record["vocab_file"] is None
+    # the SentencePiece model pre-training copied beside its checkpoint, found without a flag
+    beside = chain["pretrain_dir"] / "sentencepiece.model"
+    assert beside.read_bytes() == chain["sp_model"].read_bytes()
+    assert record["sp_model"] == str(beside) and record["vocab_file"] is None
     assert record["model_config"]["vocab_size"] == 800
     rte = json.loads((out / "results" / "rte_dev_metrics.json").read_text())
     assert rte["num_examples"] == 24 and 0.0 <= rte["metrics"]["accuracy"] <= 100.0

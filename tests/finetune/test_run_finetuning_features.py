@@ -256,12 +256,13 @@ def checkpoints(tmp_path_factory, vocab):
                                          ("tensorflow", "keras")])
 def test_checkpoint_without_training(backend, fmt, checkpoints, features, tmp_path):
     """Native, Hugging Face and TF1 checkpoints on JAX (no TensorFlow); --features_dir on the
-    TensorFlow backend too. --do_train=false: the dev set is predicted as loaded."""
+    TensorFlow backend too. --do_train=false: the dev set is predicted as loaded. No
+    --max_seq_length: the run takes the manifest's (32; the default 128 would be refused)."""
     model_dir = tmp_path / "out"
     hparams = {"eval_batch_size": 64, "max_eval_examples": 40}
     proc = run_driver(["--features_dir", features, "--task_names", "mrpc", "--model_dir",
-                       model_dir, "--init_checkpoint", checkpoints[fmt], "--max_seq_length",
-                       MAX_LEN, "--hparams", json.dumps(hparams), "--do_train=false"], backend)
+                       model_dir, "--init_checkpoint", checkpoints[fmt],
+                       "--hparams", json.dumps(hparams), "--do_train=false"], backend)
     assert proc.returncode == 0, explain(proc)
     assert f"encoder: {fmt} checkpoint" in proc.stdout
     assert "RANDOM" not in proc.stderr
@@ -270,6 +271,7 @@ def test_checkpoint_without_training(backend, fmt, checkpoints, features, tmp_pa
     assert len(read_tsv(model_dir / "results" / "mrpc_dev_predictions.tsv")) == 41
     record = json.loads((model_dir / "finetune_hparams.json").read_text())
     assert record["vocab_file"] == str(checkpoints[fmt] / "vocab.txt")
+    assert record["hparams"]["max_seq_length"] == MAX_LEN
 
 
 BAD_INPUTS = {   # name: (extra flags, what the one error line says)

@@ -42,6 +42,11 @@ def run_jax(data, model_dir, *flags, devices=1, program=NO_TF):
     return proc
 
 
+def tiny_data_vocab():
+    from data.default_corpus import default_vocab_file
+    return default_vocab_file()
+
+
 def losses(model_dir):
     return [h["loss"] for h in read_summary(model_dir)["history"]]
 
@@ -100,6 +105,12 @@ def test_trains_exports_and_summarizes(one_device):
         "ckpt-2.safetensors", "ckpt-4.safetensors"]
     hp = json.loads((model_dir / "hparams.json").read_text())
     assert hp["num_train_steps"] == 4
+    # the first call's line says its compilation (log every step: on the step-1 line); the
+    # vocabulary lies beside the checkpoints, where fine-tuning's --init_checkpoint finds it
+    assert "first call " in proc.stdout.split("step 1/4 (25.0%)")[1].splitlines()[0]
+    from finetune.encoder_source import find_vocab_file
+    assert find_vocab_file(None, str(model_dir)) == str(model_dir / "vocab.txt")
+    assert (model_dir / "vocab.txt").read_bytes() == open(tiny_data_vocab(), "rb").read()
     # The export loads in the TensorFlow toolkit (this process) like any other.
     from model import ConvBertModel
     model = ConvBertModel.from_pretrained(str(model_dir / "discriminator"))
@@ -145,8 +156,11 @@ def test_two_devices_match_one(one_device, tiny_data, tmp_path):  # noqa: F811
 
 def test_bf16(tiny_data, tmp_path):  # noqa: F811
     model_dir = tmp_path / "model"
-    run_jax(tiny_data, model_dir, "--num_train_steps=2", "--save_checkpoints_steps=2",
-            "--precision=bf16")
+    proc = run_jax(tiny_data, model_dir, "--num_train_steps=2", "--save_checkpoints_steps=2",
+                   "--precision=bf16")
+    # 2 steps under TINY's 2-step warm-up: said before the first step, as on TensorFlow
+    assert "note: all 2 steps of this run lie inside its 2-step learning-rate warm-up" in \
+        proc.stdout.split("step 1/2")[0]
     summary = read_summary(model_dir)
     assert summary["precision"] == "bf16" and all(np.isfinite(losses(model_dir)))
     from safetensors.numpy import load_file

@@ -68,9 +68,16 @@ def test_pretraining_on_ram_filesystem_writes_resumes_and_exports(ram_data, tmp_
     out = _run_main(driver_cmd(data, model_dir, tiny_hparams(), "--num_train_steps=2",
                                *flags_)[1:], capsys)
     assert "step 2/2" in out and "resumed" not in out, out
+    # 2 steps under TINY's 2-step warm-up: said before the first step
+    assert "note: all 2 steps of this run lie inside its 2-step learning-rate warm-up" in out
 
     gfile = tf.io.gfile
     assert _read_json(f"{model_dir}/hparams.json")["seed"] == 3
+    # the vocabulary beside the checkpoints, where fine-tuning's --init_checkpoint finds it
+    from finetune.encoder_source import find_vocab_file
+    assert find_vocab_file(None, model_dir) == f"{model_dir}/vocab.txt"
+    assert gfile.GFile(f"{model_dir}/vocab.txt", "rb").read() == \
+        gfile.GFile(data[1], "rb").read()
     assert tf.train.latest_checkpoint(f"{model_dir}/checkpoints").endswith("ckpt-2")
     for part in ("discriminator", "generator"):
         assert sorted(gfile.listdir(f"{model_dir}/{part}")) == ["convbert_config.json",
@@ -84,6 +91,7 @@ def test_pretraining_on_ram_filesystem_writes_resumes_and_exports(ram_data, tmp_
     out = _run_main(driver_cmd(data, model_dir, tiny_hparams(), "--num_train_steps=4",
                                *flags_)[1:], capsys)
     assert f"resumed from {model_dir}/checkpoints/ckpt-2 at step 2" in out, out
+    assert "warm-up" not in out   # steps 3..4 train past it
     summary = _read_json(f"{model_dir}/pretraining_summary.json")
     assert summary["global_step"] == 4 and [h["step"] for h in summary["history"]] == [3, 4]
     assert tf.train.latest_checkpoint(f"{model_dir}/checkpoints").endswith("ckpt-4")

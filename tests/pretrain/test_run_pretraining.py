@@ -130,6 +130,11 @@ def test_run_pretraining_loss_falls(trained):
     line = [l for l in proc.stdout.splitlines() if l.startswith("step 40/40")][0]
     for word in ("loss", "gen loss", "acc", "disc loss", "auc", "lr", "seq/s", "ETA"):
         assert word in line
+    # A line once the first step has run (log every 10), its compilation time stated; no
+    # warm-up note (40 steps past a 2-step warm-up)
+    first = [l for l in proc.stdout.splitlines() if l.startswith("step 1/40 (2.5%)")]
+    assert len(first) == 1 and "| first call " in first[0] and "next line at step 10" in first[0]
+    assert "warm-up" not in proc.stdout
 
 
 def test_run_pretraining_writes_checkpoints_exports_and_tensorboard(trained):
