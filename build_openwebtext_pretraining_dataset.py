@@ -58,7 +58,8 @@ def main(argv):
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
-    print(summary if FLAGS.dry_run else format_summary(summary), flush=True)
+    print(summary if FLAGS.dry_run else f"{format_summary(summary)}; "
+          f"{summary['num_shards_note']}", flush=True)
 
 
 def parse_flags(argv):

@@ -32,7 +32,8 @@ flags.DEFINE_integer("num_processes", 1, "Parallelize over this many processes."
 flags.DEFINE_boolean("blanks_separate_docs", True, "Whether blank lines end documents.")
 flags.DEFINE_boolean("do_lower_case", True, "Lower-case the input text.")
 flags.DEFINE_boolean("strip_accents", None, "Strip accents (default: same as --do_lower_case).")
-flags.DEFINE_integer("num_shards", 1000, "Number of output shards.")
+flags.DEFINE_integer("num_shards", None, "Number of output shards (default: sized to the "
+                     "corpus, one per 32 MB of it, at least --num_processes, at most 1,000).")
 flags.DEFINE_integer("seed", 12345, "Random seed: same seed, same shards.")
 flags.DEFINE_boolean("skip_bad_files", False,
                      "Skip (and count) binary or non-UTF-8 files instead of failing.")
@@ -68,7 +69,10 @@ def run(config, runner=None, beam_args=(), dry_run=False):
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(1)
-    print(summary if dry_run else format_summary(summary), flush=True)
+    if dry_run:
+        print(summary, flush=True)
+    else:
+        print(f"{format_summary(summary)}; {summary['num_shards_note']}", flush=True)
     return summary
 
 

@@ -38,7 +38,7 @@ def commands(corpus, vocab, out, electra_dir):
     """Configuration name -> (argv, working directory)."""
     ours = [sys.executable, str(REPO / "build_pretraining_dataset.py"), f"--corpus_dir={corpus}",
             f"--vocab_file={vocab}", f"--output_dir={out}", "--max_seq_length=128",
-            "--noprogress"]
+            "--num_shards=1000", "--noprogress"]   # ELECTRA's count (ours: sized to the corpus)
     runs = {
         "local, 1 process": (ours + ["--num_processes=1"], REPO),
         "local, 2 processes": (ours + ["--num_processes=2"], REPO),

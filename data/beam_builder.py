@@ -16,8 +16,9 @@ The pipeline:
       | ParDo(WriteShardFn)                         <shard>.incomplete, records in key order
     stats per unit | CombineGlobally | write       the summary's counts
 
-and, back in this process once the pipeline has finished, the same publication as the local
-builder: the `.incomplete` shards renamed to `pretrain_data.tfrecord-i-of-n`, older shards of
+While a DirectRunner pipeline runs, the packing reports what it has read to a local file that a
+thread here turns into the local builder's progress line (_ProgressFile); and, back in this process
+once the pipeline has finished, the same publication as the local builder: the `.incomplete` shards renamed to `pretrain_data.tfrecord-i-of-n`, older shards of
 the directory removed, the summary JSON written last. A failed pipeline leaves nothing: its
 temporary files are removed and the error is one line.
 
@@ -41,6 +42,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 import typing
 
@@ -95,11 +97,15 @@ def _job_stats(stats_dict):
 
 class PackUnitFn(beam.DoFn):
     """One unit of work (a corpus file or an archive) -> its keyed serialized examples, and its
-    counts on the `stats` output."""
+    counts on the `stats` output. With `progress_path` (a local file: the DirectRunner's workers
+    share the machine) it appends `<worker> <input bytes> <examples>` there, what this worker
+    has done so far, at most every REPORT_EVERY_S seconds and after each unit (_ProgressFile)."""
     STATS = "stats"
+    REPORT_EVERY_S = 1.0
 
-    def __init__(self, config):
+    def __init__(self, config, progress_path=None):
         self._config = config
+        self._progress_path = progress_path
         self._tokenizer = None
 
     def setup(self):
@@ -107,12 +113,29 @@ class PackUnitFn(beam.DoFn):
         config = self._config
         self._tokenizer = load_tokenizer(config.vocab_file, config.sp_model,
                                          config.do_lower_case, config.strip_accents)
+        self._worker = f"{os.getpid()}-{id(self)}"
+        self._done = (0, 0)        # input bytes and examples of the units finished here
+        self._reported = 0.0
 
     def process(self, unit):
         stats = builder.JobStats()
         for record in builder.pack_unit(unit, self._tokenizer, self._config, stats):
             yield shard_key(record, self._config.num_shards)
+            self._report(stats)
+        self._done = (self._done[0] + stats.input_bytes, self._done[1] + stats.examples)
+        self._report(None, force=True)
         yield beam.pvalue.TaggedOutput(self.STATS, _stats_dict(stats))
+
+    def _report(self, stats, force=False):
+        if self._progress_path is None or not (
+                force or time.time() - self._reported >= self.REPORT_EVERY_S):
+            return
+        self._reported = time.time()
+        done_bytes, examples = self._done
+        if stats is not None:
+            done_bytes, examples = done_bytes + stats.input_bytes, examples + stats.examples
+        with open(self._progress_path, "a", encoding="ascii") as f:
+            f.write(f"{self._worker} {done_bytes} {examples}\n")
 
 
 class MergeStatsFn(beam.CombineFn):
@@ -154,14 +177,15 @@ def _write_stats(stats, path):
         json.dump(stats, f)
 
 
-def add_build(pipeline, config, units):
-    """Adds the build of `units` to `pipeline` (nothing runs until pipeline.run())."""
+def add_build(pipeline, config, units, progress_path=None):
+    """Adds the build of `units` to `pipeline` (nothing runs until pipeline.run()); the packing
+    reports to `progress_path` (a local file, PackUnitFn) when given."""
     output_dir = str(config.output_dir)
     n = config.num_shards
     packed = (pipeline
               | "Units" >> beam.Create(units)
               | "Spread" >> beam.Reshuffle()
-              | "Pack" >> beam.ParDo(PackUnitFn(config)).with_output_types(KEYED)
+              | "Pack" >> beam.ParDo(PackUnitFn(config, progress_path)).with_output_types(KEYED)
               .with_outputs(PackUnitFn.STATS, main="records"))
     every_shard = (pipeline | "EveryShard" >> beam.Create([(i, None) for i in range(n)])
                    .with_output_types(KEYED))
@@ -296,19 +320,22 @@ def _local_worker_output(enabled):
     """For the DirectRunner: our stderr (file descriptor 2, which its worker processes and
     threads inherit) captured while the pipeline runs, and then written back without the
     workers' noise; after a failure only our own `warning: ` lines are written back (a worker
-    prints the failing DoFn's traceback itself; the failure is our one line)."""
+    prints the failing DoFn's traceback itself; the failure is our one line). Yields the
+    console's stderr meanwhile (for the progress lines)."""
     if not enabled:
-        yield
+        yield sys.stderr
         return
     sys.stderr.flush()
     saved = os.dup(2)
     failed = True
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
+        console = open(saved, "w", encoding="utf-8", closefd=False)
         try:
-            yield
+            yield console
             failed = False
         finally:
+            console.close()
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
@@ -363,6 +390,65 @@ def _has_module(name):
         return False
 
 
+class _ProgressFile:
+    """The DirectRunner build's progress line, as the local builder prints it: PackUnitFn
+    appends what each worker has done to a local file, and a thread here sums the newest line
+    of every worker each second (the line itself at most every 5 s: builder._Progress).
+    Runners elsewhere (Dataflow) show their progress in their own console."""
+
+    def __init__(self, total_bytes, enabled):
+        self.enabled = enabled
+        self.path = None
+        if enabled:
+            handle, self.path = tempfile.mkstemp(prefix="convbert-beam-progress-")
+            os.close(handle)
+        self.progress = builder._Progress(total_bytes, enabled)
+        self._stop = threading.Event()
+        self._thread = None
+
+    def totals(self):
+        newest = {}
+        try:
+            with open(self.path, encoding="ascii") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 3:       # a line being written is not yet whole
+                        newest[parts[0]] = (int(parts[1]), int(parts[2]))
+        except (OSError, ValueError):
+            pass
+        return (sum(b for b, _ in newest.values()), sum(e for _, e in newest.values()))
+
+    @contextlib.contextmanager
+    def watching(self, stream):
+        """Progress lines on `stream` while the pipeline runs."""
+        if not self.enabled:
+            yield
+            return
+        self.progress.stream = stream
+
+        def poll():
+            while not self._stop.wait(1.0):
+                self.progress.update(*self.totals())
+
+        self._thread = threading.Thread(target=poll, name="beam-progress", daemon=True)
+        self._thread.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            self._thread.join()
+            self.progress.stream = None
+
+    def finish(self, examples):
+        """The last line, 100% (as the local builder's)."""
+        self.progress.update(self.progress.total_bytes, examples, force=True)
+
+    def remove(self):
+        if self.path:
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
+
+
 def build_with_beam(config, runner, args):
     """Builds the shards with Beam's `runner`; returns the summary dict (also written as JSON)."""
     runner = runner_name(runner)
@@ -370,7 +456,9 @@ def build_with_beam(config, runner, args):
     if runner == DATAFLOW and not _has_module("apitools"):
         raise DataError(f"--runner={DATAFLOW} needs Apache Beam's Google Cloud client "
                         "libraries: pip install -e '.[dataflow]' (--dry_run does not)")
-    pipeline = add_build(_new_pipeline(options), config, units)
+    total_bytes = sum(tf.io.gfile.stat(unit).length for unit in units)
+    progress = _ProgressFile(total_bytes, config.progress and runner == "DirectRunner")
+    pipeline = add_build(_new_pipeline(options), config, units, progress.path)
     output_dir = str(config.output_dir)
     tf.io.gfile.makedirs(output_dir)
     stats_path = os.path.join(output_dir, STATS_FILE)
@@ -384,7 +472,9 @@ def build_with_beam(config, runner, args):
           flush=True)
     start = time.time()
     try:
-        with _beam_log_level(logging.CRITICAL), _local_worker_output(runner == "DirectRunner"):
+        with _beam_log_level(logging.CRITICAL), \
+                _local_worker_output(runner == "DirectRunner") as console, \
+                progress.watching(console):
             result = pipeline.run()
             _print_job(result, options)
             state = result.wait_until_finish()
@@ -402,7 +492,10 @@ def build_with_beam(config, runner, args):
     except BaseException:
         remove_files(temps + [stats_path])
         raise
+    finally:
+        progress.remove()
     seconds = time.time() - start
+    progress.finish(stats.examples)
 
     # As the local builder: replace the shards of an earlier build, then the summary, last.
     remove_files([p for p in old if not p.endswith(TEMP_SUFFIX)

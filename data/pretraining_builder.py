@@ -140,12 +140,13 @@ def _job_shards(job, num_jobs, num_shards):
 
 
 class _Progress:
-    """Progress with ETA on stderr, at most every `interval` seconds."""
+    """Progress with ETA on stderr (or `stream`), at most every `interval` seconds."""
 
-    def __init__(self, total_bytes, enabled, interval=5.0):
+    def __init__(self, total_bytes, enabled, interval=5.0, stream=None):
         self.total_bytes = max(1, total_bytes)
         self.enabled = enabled
         self.interval = interval
+        self.stream = stream
         self.start = time.time()
         self._last = 0.0
         self._first = None  # (time, bytes) of the first report with progress: ETA ignores start-up
@@ -167,8 +168,8 @@ class _Progress:
             eta = 0.0
         print(f"[build_pretraining_dataset] {done_bytes / 1e6:.1f}/{self.total_bytes / 1e6:.1f} MB "
               f"({100 * fraction:.0f}%), {examples:,} examples, elapsed "
-              f"{format_duration(elapsed)}, ETA {format_duration(eta)}", file=sys.stderr,
-              flush=True)
+              f"{format_duration(elapsed)}, ETA {format_duration(eta)}",
+              file=self.stream or sys.stderr, flush=True)
 
 
 def _unit_files(unit, config):

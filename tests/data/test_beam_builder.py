@@ -282,9 +282,10 @@ def test_missing_vocab(inputs, tmp_path):
 
 def _bad_owt(inputs, output_dir, **overrides):
     from data.pretraining_builder import openwebtext_config
-    return openwebtext_config(inputs["bad_data_dir"], dict(
-        vocab_file=str(inputs["vocab"]), output_dir=str(output_dir), max_seq_length=SEQ,
-        num_shards=2, progress=False, **overrides))
+    settings = dict(vocab_file=str(inputs["vocab"]), output_dir=str(output_dir),
+                    max_seq_length=SEQ, num_shards=2, progress=False)
+    settings.update(overrides)
+    return openwebtext_config(inputs["bad_data_dir"], settings)
 
 
 def test_unreadable_archive_in_process(inputs, tmp_path):
@@ -302,8 +303,15 @@ def test_unreadable_archive_with_two_worker_processes(cli_runs):
 
 
 def test_unreadable_archive_skipped_and_counted(inputs, tmp_path, capfd):
-    summary = build(_bad_owt(inputs, tmp_path / "out", skip_bad_files=True), "DirectRunner", [])
-    assert "warning: skipping archive" in capfd.readouterr().err
+    # with the progress lines the local builder prints (the packing reports from the workers)
+    summary = build(_bad_owt(inputs, tmp_path / "out", skip_bad_files=True, progress=True),
+                    "DirectRunner", [])
+    err = capfd.readouterr().err
+    assert "warning: skipping archive" in err
+    progress = [line for line in err.splitlines() if line.startswith(
+        "[build_pretraining_dataset] ") and " MB (" in line]
+    assert progress and progress[-1].endswith("ETA 0:00:00"), err
+    assert f"(100%), {summary['examples']:,} examples, elapsed " in progress[-1]
     assert len(summary["skipped_files"]) == 1 and "subset00-1" in summary["skipped_files"][0]
     assert (summary["files_read"], summary["corpus_units"]) == (12, 2)
     local = build(_bad_owt(inputs, tmp_path / "local", skip_bad_files=True))

@@ -48,9 +48,10 @@ def runs(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     for name, (args, vocab_file) in cases.items():
         output_dir = root / f"out_{name}"
+        # no_blank_docs leaves --num_shards out: the count is sized to the corpus
+        shards = [] if name == "no_blank_docs" else ["--num_shards=2"]
         command = [sys.executable, str(REPO_ROOT / "build_pretraining_dataset.py"),
-                   f"--vocab_file={vocab_file}", f"--output_dir={output_dir}", "--num_shards=2",
-                   *args]
+                   f"--vocab_file={vocab_file}", f"--output_dir={output_dir}", *shards, *args]
         processes[name] = (subprocess.Popen(command, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True, env=env),
                            output_dir)
@@ -96,6 +97,9 @@ def test_skip_bad_files_counts_and_warns(runs):
     assert len(summary["skipped_files"]) == 1 and "b.txt" in summary["skipped_files"][0]
     assert summary["files_read"] == 1 and summary["examples"] == 2
     assert "1 files skipped" in stdout
+    # --num_shards=2 for 2 examples: the summary says the count is more than the corpus needs
+    assert "; 2 shards of ~1 examples each: more than this corpus needs (leave --num_shards " \
+        "out to size them to the corpus)" in stdout
 
 
 def test_missing_vocab(runs):
@@ -118,3 +122,8 @@ def test_boolean_flag_false_means_false(runs):
     # Without blank-line boundaries the single file is one document.
     assert summary["documents"] == 1
     assert "ETA" in stderr  # the progress line goes to stderr
+    # No --num_shards: one shard for this corpus of a few bytes (not the 1,000 of old), and why
+    assert summary["config"]["num_shards"] == 1
+    assert sorted(p.name for p in output_dir.glob("pretrain_data.tfrecord*")) == [
+        "pretrain_data.tfrecord-0-of-1"]
+    assert "; 1 shard (sized to the corpus: 0.0 MB, one shard per 32 MB)" in stdout
