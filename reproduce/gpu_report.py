@@ -53,6 +53,9 @@ def answer(data):
                   f"({used['tokens']:,} tokens each: {100 * used['fraction_of_official']:.2f}% of "
                   f"ELECTRA-small's official budget, {OFFICIAL_SMALL_STEPS:,} steps x 128 x "
                   "128).", ""]
+    verdict = answer_line(data)
+    if verdict:
+        lines += [verdict, ""]
     for model, p in data.get("pretraining", {}).items():
         if p.get("collapsed"):
             lines += [f"**{report.MODEL_TITLES[model]}: pre-training stopped at step "
@@ -62,6 +65,24 @@ def answer(data):
               "comparison): " + "; ".join(f"{name} {score}" for name, score in ANCHORS) + ".",
               ""]
     return "\n".join(lines) + "\n"
+
+
+def answer_line(data):
+    """One sentence: on how many tasks each pre-trained model beats random init beyond the seed
+    spread, and every model's GLUE average (of the medians; "–" until every task has one)."""
+    helps, glue = data.get("pretraining_helps") or {}, data.get("glue") or {}
+    if not any(glue.values()):
+        return None
+    wins = [f"{report.MODEL_TITLES[m]} on {sum(v.values())} of {len(v)} tasks"
+            for m, v in helps.items() if v]
+    averages = [f"{report.MODEL_TITLES[m]} {report.score_cells(glue[m], data['tasks'])[-1]}"
+                for m in data["models"] if glue.get(m)]
+    if data["num_trials"] < 2:
+        wins = []           # no spread to beat: report.pretraining_helps would count any margin
+    return (f"**Answer** ({data['num_trials']} seed(s) per task): "
+            + ("pre-training beats random init beyond the seed spread: " + "; ".join(wins)
+               + ". " if wins else "")
+            + "GLUE average of the medians: " + ", ".join(averages) + ".")
 
 
 def details(data, recipe):

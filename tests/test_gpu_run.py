@@ -99,6 +99,8 @@ def test_smoke_run_end_to_end_and_resume(bundle):
     assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `smoke`\n\n"
                          "**Pre-training**: 4 steps per model (4,096 tokens each: 0.00% of "
                          "ELECTRA-small's official budget")
+    assert "**Answer** (2 seed(s) per task): pre-training beats random init beyond the seed " \
+           "spread: ConvBERT on " in md
     assert "ELECTRA-Small, fully trained (1M steps) 79.9" in md and "Held-out batch" in md
     assert md.index("| ConvBERT, random init |") < md.index("## How the run went") \
         < md.index("sequences/s")
