@@ -17,8 +17,9 @@ The pipeline:
     stats per unit | CombineGlobally | write       the summary's counts
 
 While a DirectRunner pipeline runs, the packing reports what it has read to a local file that a
-thread here turns into the local builder's progress line (_ProgressFile); and, back in this process
-once the pipeline has finished, the same publication as the local builder: the `.incomplete` shards renamed to `pretrain_data.tfrecord-i-of-n`, older shards of
+thread here turns into the local builder's progress line (_ProgressFile); and, back in this
+process once the pipeline has finished, the same publication as the local builder: the
+`.incomplete` shards renamed to `pretrain_data.tfrecord-i-of-n`, older shards of
 the directory removed, the summary JSON written last. A failed pipeline leaves nothing: its
 temporary files are removed and the error is one line.
 

@@ -305,9 +305,10 @@ def run_summary(settings, result, started_at, num_params, extra=None):
         "train_seconds": round(result.train_seconds, 2),
         "first_step_seconds": round(first, 2),
         # the steps after the first call over their time, as the progress lines count them
-        "sequences_per_second": round(
+        # (not rounded here: the done line rounds it once, as the progress line does)
+        "sequences_per_second": (
             result.timed_steps * s.batch_size / max(result.timed_seconds, 1e-9)
-            if result.timed_steps else 0.0, 2),
+            if result.timed_steps else 0.0),
         "first": result.history[0] if result.history else None,
         "final": result.history[-1] if result.history else None,
         "history": result.history,

@@ -67,7 +67,7 @@ class StepRateOn:
 
 
 class FakeClock:
-    """time.time() for the loop: the first call takes 10 s (the compilation), every later one 1 s."""
+    """time.time() for the loop: the first call takes 10 s (the compilation), each later one 1 s."""
 
     def __init__(self):
         self.now = 1000.0
@@ -107,6 +107,17 @@ def test_first_call_line_and_seq_per_second_without_the_compilation(monkeypatch)
         rates = [r["sequences_per_second"] for r in result.history]
         assert rates == ([4.0] * 4 if log_every == 2 else [0.4] + [4.0] * 6), rates
         assert summary["sequences_per_second"] == 4.0
+    # one window: its progress line and the summary print the same number (no double rounding)
+    clock.now, calls[:] = 1000.0, []
+    result = run_loop(settings(total_steps=4, log_every=4), 0, lambda step: (
+        clock.__setattr__("now", clock.now + (10.0 if step == 0 else 0.368629)),   # 10.851 seq/s
+        (1, {"loss": np.float32(1.0), "grad_norm": np.float32(2.0)}))[1],
+        summarize=lambda w, n: {}, describe=lambda r: "", schedule=lambda step: 0.5,
+        log=lambda line: None)
+    summary = run_summary(settings(total_steps=4, log_every=4), result, started_at=clock.now,
+                          num_params=1)
+    assert f"{result.history[-1]['sequences_per_second']:.1f}" == \
+        f"{summary['sequences_per_second']:.1f}"
 
 
 def test_a_run_inside_its_warm_up_says_so_first():
