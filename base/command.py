@@ -65,12 +65,19 @@ def absent_devices():
     return absent
 
 
+def start_up_lines(absent):
+    """The start-up lines of TensorFlow to keep off the console on a machine that has none of
+    the device kinds `absent` (the cuInit failure only where "gpu" is among them)."""
+    return re.compile(
+        r"^(WARNING: All log messages before absl::InitializeLog\(\)"
+        r"|[IW]0000 \S+ +\d+ (port|cudart_stub|cpu_feature_guard|cuda_\w+)\.cc:\d+\]"
+        + (r"|E0000 \S+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit" if "gpu" in absent
+           else "")
+        + r"|To enable the following instructions:)")
+
+
 _ABSENT = absent_devices()
-START_UP_LINES = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog\(\)"
-    r"|[IW]0000 \S+ +\d+ (port|cudart_stub|cpu_feature_guard|cuda_\w+)\.cc:\d+\]"
-    + (r"|E0000 \S+ +\d+ cuda_\w+\.cc:\d+\] failed call to cuInit" if "gpu" in _ABSENT else "")
-    + r"|To enable the following instructions:)")
+START_UP_LINES = start_up_lines(_ABSENT)
 # JAX's backend names -> the device kind each needs.
 _JAX_BACKEND_DEVICES = {"tpu": "tpu", "cuda": "gpu", "gpu": "gpu"}
 _JAX_UNAVAILABLE = re.compile(r"Unable to initialize backend '(\w+)'")
@@ -78,14 +85,19 @@ _JAX_UNAVAILABLE = re.compile(r"Unable to initialize backend '(\w+)'")
 
 class _AbsentJaxBackend(logging.Filter):
     """Drops JAX's `Unable to initialize backend 'tpu': ...` where no TPU is present (the same for
-    a GPU backend without an NVIDIA device); any other record passes."""
+    a GPU backend without an NVIDIA device); any other record passes. `absent`: the device kinds
+    the machine lacks (default: this machine's)."""
+
+    def __init__(self, absent=None):
+        super().__init__()
+        self.absent = _ABSENT if absent is None else set(absent)
 
     def filter(self, record):
         try:
             found = _JAX_UNAVAILABLE.match(record.getMessage())
         except (TypeError, ValueError):   # a malformed record is shown as logging shows it
             return True
-        return not (found and _JAX_BACKEND_DEVICES.get(found.group(1)) in _ABSENT)
+        return not (found and _JAX_BACKEND_DEVICES.get(found.group(1)) in self.absent)
 
 
 def quiet_jax():

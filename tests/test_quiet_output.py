@@ -86,3 +86,31 @@ def test_jax_command_is_quiet_about_an_absent_tpu():
     if "libtpu" not in loud.stderr:
         pytest.skip("this JAX reports no TPU backend error to filter")
     assert "Unable to initialize backend 'tpu'" in loud.stderr
+
+
+def test_a_machine_with_the_devices_keeps_their_lines(monkeypatch):
+    """On a GPU or TPU machine the same lines are real errors: kept (in process, faking the
+    device nodes this machine lacks)."""
+    import logging
+    from base import command
+    cuinit = ("E0000 00:00:1795803423.475417   31719 cuda_platform.cc:52] failed call to cuInit: "
+              "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
+    assert command.start_up_lines({"gpu", "tpu"}).match(cuinit)
+    assert not command.start_up_lines({"tpu"}).match(cuinit)          # an NVIDIA device is there
+    assert command.start_up_lines(set()).match("I0000 00:00:1.0 1 port.cc:153] oneDNN custom")
+
+    def record(backend):
+        return logging.LogRecord("jax._src.xla_bridge", logging.INFO, "xla_bridge.py", 849,
+                                 "Unable to initialize backend '%s': %s", (backend, "no"), None)
+    assert not command._AbsentJaxBackend({"tpu", "gpu"}).filter(record("tpu"))
+    assert command._AbsentJaxBackend({"gpu"}).filter(record("tpu"))  # a TPU is there
+    assert command._AbsentJaxBackend({"tpu"}).filter(record("cuda"))
+    assert not command._AbsentJaxBackend({"gpu"}).filter(record("cuda"))
+    assert command._AbsentJaxBackend({"tpu", "gpu"}).filter(record("rocm"))  # not judged here
+
+    real_exists = os.path.exists
+    monkeypatch.setattr(command.os.path, "exists",
+                        lambda path: path == "/dev/nvidiactl" or real_exists(path))
+    monkeypatch.setattr(command.glob, "glob", lambda pattern: (
+        ["/dev/accel0"] if pattern == "/dev/accel*" else []))
+    assert command.absent_devices() == set()
