@@ -37,7 +37,8 @@ From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow
 sha256, max_seq_length and casing must match the run's; without --max_seq_length the run takes
 the manifest's) and writes the same results files. On
 JAX: GLUE only (no SQuAD), native or Hugging Face checkpoints (convert an official TF1 one
-first), precision fp32 or bf16, one device; --data_dir, if also given, only checks the
+first), precision fp32 or bf16, every local device (--distribution=one_device: the first;
+--num_cpu_devices=N splits the CPU); --data_dir, if also given, only checks the
 leaderboard files against the GLUE test sets. What a JAX run writes is what a TensorFlow run
 writes for GLUE: results/ (the same files), the same TensorBoard scalars under tensorboard/
 (written without TensorFlow), finetune_hparams.json, and with save_finetuned_model the
@@ -188,10 +189,9 @@ def run(argv=None):
                   do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
                   predict_file=FLAGS.predict_file, features_dir=features_dir)
     if keras_backend(features_dir) == "jax":   # finetune/jax_trainer.py; no TensorFlow
-        for flag in ("distribution", "tpu", "tpu_zone", "gcp_project", "num_cpu_devices"):
-            if getattr(FLAGS, flag):
-                raise UsageError(f"--{flag} is for TensorFlow; fine-tuning on JAX runs on one "
-                                 f"device")
+        from training.jax_core import jax_num_devices   # every local device by default
+        kwargs["num_devices"] = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
+                                                FLAGS.gcp_project, FLAGS.num_cpu_devices)
         from training.compile_cache import enable_compile_cache
         enable_compile_cache(FLAGS.jax_cache_dir, log=say)     # before the first compile
         run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)

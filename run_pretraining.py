@@ -251,9 +251,6 @@ def main(argv):
 
 def _main_jax():
     """KERAS_BACKEND=jax: pretrain/jax_trainer.py, TensorFlow never imported."""
-    if FLAGS.num_cpu_devices and FLAGS.num_cpu_devices > 1:   # before JAX starts
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform"
-                                   f"_device_count={FLAGS.num_cpu_devices}").strip()
     from training.compile_cache import enable_compile_cache
     enable_compile_cache(FLAGS.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError
@@ -261,16 +258,15 @@ def _main_jax():
     from base.fileio import FileIOError
     from pretrain.hparams import HParamsError
     from pretrain.jax_trainer import pretrain_jax
+    from training.jax_core import jax_num_devices
     from training.loop import TrainingError
-    try:
-        for flag in ("distribution", "tpu", "tpu_zone", "gcp_project"):
-            if getattr(FLAGS, flag):
-                raise UsageError(f"--{flag} is for TensorFlow; on JAX every local device is "
-                                 "used (--num_cpu_devices=N splits the CPU)")
+    try:   # the --distribution flags on JAX; --num_cpu_devices before JAX starts
+        num_devices = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
+                                      FLAGS.gcp_project, FLAGS.num_cpu_devices)
         vocabulary = {}
         hp, model_dir, files, special_ids = resolve(FLAGS, backend="jax", vocabulary=vocabulary)
         summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log,
-                               **vocabulary)
+                               num_devices=num_devices, **vocabulary)
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,
             FileNotFoundError) as e:
         exit_with_error(e)   # 1; 128 + signal after SIGTERM/SIGINT

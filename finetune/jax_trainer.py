@@ -21,7 +21,13 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
   tf.data), shuffled with the trial seed, repeated, fixed batch shape (the task's
   `host_batches`, data/pretraining_arrays.array_batches);
 * precision: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32 weights); mixed_float16 (loss
-  scaling) is TensorFlow-only.
+  scaling) is TensorFlow-only;
+* devices: whatever distribution is set when the finetuner is built (finetune/run.py sets
+  `keras.distribution.DataParallel` over every local device first, training/jax_core.py
+  `use_devices`): the state replicated, each train block and each predict batch split along the
+  batch axis, the one-device losses. The train batch must divide by the devices
+  (`check_batch_size`, a one-line error); a predict batch is rounded up to a multiple of them
+  (the padding rows are dropped).
 
 TensorBoard: each trial's scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/` as on
 TensorFlow (train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every
@@ -102,11 +108,14 @@ class JaxFinetuner:
         """[(name, step, example args)] of the train and predict steps for
         training/jax_core.precompile, from a task's features at these batch sizes."""
         from data.pretraining_arrays import array_batches
+        from training.device_input import batch_sharding, to_device
         inputs = self._train_inputs(train_features)
         batch = next(array_batches(inputs, batch_size))
         trainable, state, _ = self.core.task_state()
-        predict_batch = {k: np.zeros((eval_batch_size, v.shape[1]), np.int32)
-                         for k, v in inputs.items() if k != "label_ids"}
+        predict_batch = to_device({k: np.zeros((self.predict_batch_size(eval_batch_size),
+                                                v.shape[1]), np.int32)
+                                   for k, v in inputs.items() if k != "label_ids"},
+                                  batch_sharding())
         name = f"{self.spec.name}{'' if self.spec.is_regression else ' (classification)'}"
         return [(f"finetune {name}", self.train_step, self.core.example_args(batch)),
                 (f"predict {name}", self._predict_step, (trainable, state, predict_batch))]
@@ -144,7 +153,9 @@ class JaxFinetuner:
         constructor's; its COMPILED_HPARAMS must match); {steps, final_loss, seconds}. writer: a
         training/summaries.py ScalarWriter for the train/ scalars (None: none)."""
         import dataclasses
+        from training.jax_core import check_batch_size
         hp = hp or self.hp
+        check_batch_size(hp.train_batch_size)
         inputs = self._train_inputs(features)
         steps = num_train_steps(len(inputs["input_ids"]), hp.train_batch_size,
                                 hp.num_train_epochs, hp.max_train_steps)
@@ -165,10 +176,20 @@ class JaxFinetuner:
         return {"steps": steps, "final_loss": final.get("loss", float("nan")),
                 "seconds": time.time() - started, "history": summary["history"]}
 
+    @staticmethod
+    def predict_batch_size(batch_size):
+        """`batch_size` rounded up to a multiple of the devices a batch is split over."""
+        from training.jax_core import num_replicas
+        replicas = num_replicas()
+        return -(-int(batch_size) // replicas) * replicas
+
     def predict(self, features, batch_size=None):
-        """Head outputs (float32 NumPy, one row per example) in inference mode; the last batch is
-        padded to the batch size so the step compiles once."""
-        batch_size = int(batch_size or self.hp.eval_batch_size)
+        """Head outputs (float32 NumPy, one row per example) in inference mode. Batches of
+        `batch_size` (default hp.eval_batch_size) rounded up to a multiple of the devices, each
+        split over them; the last one padded to that size so the step compiles once."""
+        from training.device_input import batch_sharding, to_device
+        batch_size = self.predict_batch_size(batch_size or self.hp.eval_batch_size)
+        sharding = batch_sharding()
         inputs = {k: np.asarray(features[k], np.int32)
                   for k in ("input_ids", "input_mask", "segment_ids")}
         n = len(inputs["input_ids"])
@@ -177,8 +198,8 @@ class JaxFinetuner:
             inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
                       for k, v in inputs.items()}
         trainable, state, _ = self.core.task_state()
-        out = [self._predict_step(trainable, state,
-                                  {k: v[i:i + batch_size] for k, v in inputs.items()})
+        out = [self._predict_step(trainable, state, to_device(
+                   {k: v[i:i + batch_size] for k, v in inputs.items()}, sharding))
                for i in range(0, len(inputs["input_ids"]), batch_size)]
         return np.concatenate([np.asarray(o) for o in out])[:n]
 

@@ -11,8 +11,10 @@ With `features_dir` (`python -m finetune.features` output, finetune/feature_file
 tasks read their train / dev / test arrays from there, checked against the run (vocabulary sha256,
 max_seq_length, casing, and for training double_unordered and max_train_examples), and nothing is
 tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
-trains with finetune/jax_trainer.py and never imports TensorFlow; the TensorFlow backend takes
-it too. Both write the same results files.
+trains with finetune/jax_trainer.py and never imports TensorFlow, on every local device
+(`keras.distribution.DataParallel`; `num_devices`: training/jax_core.py `jax_num_devices` of the
+driver's --distribution flags); the TensorFlow backend takes it too. Both write the same results
+files.
 """
 from __future__ import annotations
 
@@ -102,7 +104,10 @@ def features_vocab_file(vocab_file, sp_model, init_checkpoint):
 
 def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vocab_file=None,
               sp_model=None, do_train=True, do_eval=True, do_predict=False, train_file=None,
-              predict_file=None, features_dir=None):
+              predict_file=None, features_dir=None, num_devices=None):
+    """`tasks` one after another into `model_dir` (see the module doc). On JAX `num_devices` is
+    how many local devices to use (None: all); on TensorFlow the caller's strategy scope
+    decides."""
     from finetune import glue_task, squad_task
     from finetune.encoder_source import EncoderSource, find_vocab_file
     backend = keras_backend(features_dir)
@@ -123,8 +128,11 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         vocab_size, vocab_name = tokenizer.vocab_size, sp_model or vocab_file
 
     if backend == "jax":
-        from training.jax_core import set_precision
+        from training.jax_core import check_batch_size, set_precision, use_devices
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
+        use_devices(num_devices, log=say)  # before any model: variables replicated over them
+        for task in tasks if do_train else ():   # a batch they do not divide: before any output
+            check_batch_size(base_hp.for_task(task).train_batch_size)
     source = EncoderSource(init_checkpoint, base_hp)
     if source.tensors is None:
         warn("no --init_checkpoint: fine-tuning from RANDOM weights (model_size "

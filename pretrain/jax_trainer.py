@@ -28,7 +28,7 @@ import time
 from base import fileio
 from pretrain.hparams import train_settings
 from pretrain.task import PretrainingTask, write_vocabulary
-from training.jax_core import JaxTrainingCore, use_devices
+from training.jax_core import JaxTrainingCore, check_batch_size, use_devices
 from training.loop import TrainingError
 
 CHECKPOINT_DIR = "jax_checkpoints"
@@ -51,15 +51,15 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
                  num_devices=None, vocab_file=None, sp_model=None):
     """Pre-train `hp` on `train_files` into `model_dir` on JAX; returns the run summary.
     vocab_file / sp_model: the shards' vocabulary, copied into `model_dir` as on TensorFlow
-    (pretrain/task.py write_vocabulary)."""
+    (pretrain/task.py write_vocabulary).
+    num_devices: how many local devices (None: all; training/jax_core.py `jax_num_devices`
+    reads it from the driver's --distribution flags)."""
     import keras
     if keras.backend.backend() != "jax":
         raise TrainingError("pretrain_jax needs KERAS_BACKEND=jax")
     started = time.time()
     replicas = use_devices(num_devices, log)
-    if hp.train_batch_size % replicas:
-        raise TrainingError(f"train_batch_size {hp.train_batch_size} is not divisible by the "
-                               f"{replicas} devices")
+    check_batch_size(hp.train_batch_size)
     task, core = pretraining_core(hp, train_files, vocab_size, special_ids, log)
     fileio.makedirs(model_dir)
     hp.to_json(os.path.join(model_dir, "hparams.json"))

@@ -41,16 +41,23 @@ def stack_block(batches, capacity):
     return jax.tree_util.tree_map(stack, *batches)
 
 
-def block_sharding():
+def block_sharding(batch_axis=1):
     """Where a block goes: split along its batch axis over a DataParallel's devices, else None
-    (the default device)."""
+    (the default device). `batch_axis=0`: where one batch goes (`batch_sharding`)."""
     import keras
     distribution = keras.distribution.distribution()
     if isinstance(distribution, keras.distribution.DataParallel):
         from jax.sharding import NamedSharding, PartitionSpec
         mesh = distribution.device_mesh
-        return NamedSharding(mesh.backend_mesh, PartitionSpec(None, mesh.axis_names[0]))
+        return NamedSharding(mesh.backend_mesh,
+                             PartitionSpec(*[None] * batch_axis, mesh.axis_names[0]))
     return None
+
+
+def batch_sharding():
+    """Where one batch ([B, ...] leaves: a predict step's) goes: split along B over a
+    DataParallel's devices, else None."""
+    return block_sharding(batch_axis=0)
 
 
 def to_device(block, sharding=None):

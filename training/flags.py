@@ -1,6 +1,10 @@
 """What every driver's flags share: the --precision values and the strategy flags (name, type,
 help), defined with a driver's own absl registry. Pure Python: the drivers import it before
-TensorFlow or JAX starts, and `training` re-exports it (`from training import PRECISIONS`)."""
+TensorFlow or JAX starts, and `training` re-exports it (`from training import PRECISIONS`).
+
+The strategy flags mean the same on both backends where they can: on TensorFlow they pick a
+tf.distribute strategy (training/distribution.py `make_strategy`), on Keras-on-JAX the local
+devices of a `keras.distribution.DataParallel` (training/jax_core.py `jax_num_devices`)."""
 
 # The --precision values of every driver (Keras policies in training/core.py).
 PRECISIONS = ("fp32", "bf16", "mixed_float16")
@@ -8,12 +12,14 @@ PRECISIONS = ("fp32", "bf16", "mixed_float16")
 # The strategy flags of every driver: name -> (type, help).
 DISTRIBUTION_FLAGS = {
     "distribution": (str, "one_device (default) | mirrored | multi_worker | tpu (implied by "
-                          "--tpu)."),
-    "tpu": (str, "TPU name, grpc://host:port or 'local' (on a TPU VM); selects TPUStrategy."),
+                          "--tpu). On KERAS_BACKEND=jax: mirrored (the default: every local "
+                          "device, the batch split over them) | one_device."),
+    "tpu": (str, "TPU name, grpc://host:port or 'local' (on a TPU VM); selects TPUStrategy "
+                 "(TensorFlow; JAX sees a TPU VM's chips as local devices)."),
     "tpu_zone": (str, "GCE zone of --tpu (default: the TPU VM's metadata / gcloud config)."),
     "gcp_project": (str, "GCP project of --tpu (default: the metadata / gcloud config)."),
     "num_cpu_devices": (int, "With --distribution=mirrored and no GPU: split the CPU into this "
-                             "many logical devices (tests)."),
+                             "many logical devices (tests; on JAX with any --distribution)."),
 }
 
 

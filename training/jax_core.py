@@ -30,9 +30,11 @@ pace:
   block of the task's `host_batches` and puts it on the device while the current one trains;
 * the optimizer: training/settings.py `build_optimizer`, TensorFlow's core's (ELECTRA's AdamW,
   warm-up / decay, layer-wise LR decay, global-norm clipping);
-* devices: `keras.distribution.DataParallel` over the local devices (`use_devices`): blocks are
-  split along their batch axis, one SPMD program, the one-device loss (so the task's
-  denominators are the global ones without a collective of its own);
+* devices: `keras.distribution.DataParallel` over the local devices (`use_devices`; the
+  drivers' `--distribution` flags say how many: `jax_num_devices`): blocks are split along
+  their batch axis, the state replicated, one SPMD program, the one-device loss (so the task's
+  denominators are the global ones without a collective of its own); a global batch the
+  devices do not divide is a one-line error (`check_batch_size`);
 * state on disk: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable
   incl. optimizer and RNG state, the step and examples counters), written atomically through
   base/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
@@ -74,6 +76,50 @@ def copy_state(state):
     import jax
     import jax.numpy as jnp
     return jax.tree_util.tree_map(jnp.copy, state)
+
+
+def jax_num_devices(distribution=None, tpu=None, tpu_zone=None, gcp_project=None,
+                    num_cpu_devices=None):
+    """The drivers' strategy flags (training/flags.py) on Keras-on-JAX, where one host's local
+    devices are all there is: the `num_devices` of `use_devices` (None: every local device, for
+    `mirrored` and by default; 1 for `one_device`). `num_cpu_devices` > 1 splits the CPU into
+    that many devices (XLA's host platform device count), so call it before JAX starts. What
+    only TensorFlow has (multi-worker, TPUStrategy) is a TrainingError of one line."""
+    for flag, value in (("tpu", tpu), ("tpu_zone", tpu_zone), ("gcp_project", gcp_project),
+                        ("distribution=tpu", distribution == "tpu")):
+        if value:
+            raise TrainingError(f"--{flag} is for TensorFlow; on JAX a TPU VM's chips are local "
+                                "devices and every local device is used without it "
+                                "(--distribution=one_device: the first)")
+    if distribution == "multi_worker":
+        raise TrainingError("--distribution=multi_worker is for TensorFlow (several hosts); on "
+                            "JAX: mirrored (every local device, the default) or one_device")
+    if distribution not in (None, "", "mirrored", "one_device"):
+        raise TrainingError(f"unknown --distribution {distribution!r}; on JAX: one_device or "
+                            "mirrored (every local device, the default)")
+    if num_cpu_devices and num_cpu_devices > 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_"
+                                   f"platform_device_count={int(num_cpu_devices)}").strip()
+    return 1 if distribution == "one_device" else None
+
+
+def num_replicas():
+    """How many devices a batch is split over: the current DataParallel's, else 1."""
+    import keras
+    distribution = keras.distribution.distribution()
+    if isinstance(distribution, keras.distribution.DataParallel):
+        return int(distribution.device_mesh.devices.size)
+    return 1
+
+
+def check_batch_size(batch_size, name="train_batch_size"):
+    """TrainingError (one line) where the devices of the current distribution do not divide
+    `batch_size`, the global batch."""
+    replicas = num_replicas()
+    if int(batch_size) % replicas:
+        raise TrainingError(f"{name} {batch_size} is not divisible by the {replicas} devices")
+
+
 def use_devices(num_devices=None, log=print):
     """DataParallel over the first `num_devices` local devices (all by default); their number."""
     import jax
@@ -83,8 +129,9 @@ def use_devices(num_devices=None, log=print):
         if num_devices > len(devices):
             raise TrainingError(f"{num_devices} devices asked for, {len(devices)} present")
         devices = devices[:num_devices]
-    if len(devices) > 1:
-        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    # One device: no distribution (also where an earlier call of this process set one).
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices) if len(devices) > 1 else None)
     log(f"JAX: {len(devices)} {devices[0].platform} device(s)"
         + (" (DataParallel)" if len(devices) > 1 else ""))
     return len(devices)
@@ -335,7 +382,7 @@ class JaxTrainingCore:
         if export_dir is not None:
             task.export(export_dir)
         summary = run_summary(self.settings, result, started_at, self.num_params, extra={
-            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{len(jax.devices())}",
+            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{num_replicas()}",
             **(summary_extra or {})})
         if summary_path is not None:
             write_json_atomic(summary, summary_path)

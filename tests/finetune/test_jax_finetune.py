@@ -3,7 +3,11 @@
 The same encoder + head weights, dropout 0, the same batches, no gradient clipping (see RUN): the
 per-step losses of 20 steps agree within 1e-4 for a classification (MRPC) and a regression (STS-B)
 task, with ELECTRA's schedule, weight decay and layer-wise learning rates. Each backend runs in its own
-subprocess (KERAS_BACKEND is fixed at import); the JAX one with `tensorflow` unimportable."""
+subprocess (KERAS_BACKEND is fixed at import); the JAX one with `tensorflow` unimportable.
+
+Issue #50 item 2: the JAX MRPC run again on 2 virtual CPU devices (DataParallel: batches split, state
+replicated) gives the one-device losses within 1e-5, and the same logits from batches of 7 (one
+device: the last batch padded) and of 8 (two: 7 rounded up to a multiple of the devices, split)."""
 import json
 import os
 import subprocess
@@ -22,6 +26,10 @@ import numpy as np
 if os.environ["KERAS_BACKEND"] == "jax":
     sys.modules["tensorflow"] = None          # the JAX path must not need it
 import keras
+devices = int(sys.argv[4])
+if devices > 1:   # as run_finetuning.py --num_cpu_devices: before JAX starts
+    from training.jax_core import jax_num_devices, use_devices
+    assert use_devices(jax_num_devices("mirrored", num_cpu_devices=devices)) == devices
 from data.pretraining_arrays import array_batches
 from finetune.classification_head import ClassificationHead
 from finetune.glue.tasks import get_task
@@ -50,13 +58,18 @@ if keras.backend.backend() == "jax":
     from finetune.jax_trainer import JaxFinetuner
     ft = JaxFinetuner(config, task, hp, head_dropout=0.0)
     encoder, head = ft.encoder, ft.head
-    weights = {k: keras.ops.convert_to_numpy(v) for k, v in encoder.weight_map().items()}
-    weights.update({"head/" + k: keras.ops.convert_to_numpy(v) for k, v in head.weight_map().items()})
-    np.savez(init, **weights)
+    if os.path.exists(init):   # a later JAX run starts where the first did
+        weights = dict(np.load(init))
+    else:
+        weights = {k: keras.ops.convert_to_numpy(v) for k, v in encoder.weight_map().items()}
+        weights.update({"head/" + k: keras.ops.convert_to_numpy(v)
+                        for k, v in head.weight_map().items()})
+        np.savez(init, **weights)
     ft.start({k: v for k, v in weights.items() if not k.startswith("head/")}, seed=0)
     for k, v in head.weight_map().items():
         v.assign(weights["head/" + k])
     history = ft.train(features, hp, seed=0)["history"]
+    np.save(os.path.join(out, f"logits_{devices}.npy"), ft.predict(features, batch_size=7))
 else:
     import tensorflow as tf
     from finetune.glue_task import glue_model_fns
@@ -81,27 +94,57 @@ else:
     trainer.task.dataset = lambda skip: tf.data.Dataset.from_tensor_slices(stacked).skip(skip)
     trainer.train(features, steps, seed=0)
     history = trainer.history
-with open(os.path.join(out, keras.backend.backend() + ".json"), "w") as f:
+with open(os.path.join(out, f"{keras.backend.backend()}_{devices}.json"), "w") as f:
     json.dump([[h["step"], h["loss"], h["grad_norm"]] for h in history], f)
 """
 
 
-def _run(backend, out, task):
+def _run(backend, out, task, devices=1):
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO_ROOT),
            "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", RUN, str(out), task, str(STEPS)], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-c", RUN, str(out), task, str(STEPS), str(devices)],
+                          env=env, capture_output=True, text=True, timeout=600,
+                          cwd=str(REPO_ROOT))
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / f"{backend}.json").read_text())
+    return json.loads((out / f"{backend}_{devices}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """run(backend, task, devices=1) -> (history, its folder), each run once per module. A task's
+    runs share a folder: its first JAX run writes the initial weights the others start from."""
+    pytest.importorskip("jax")
+    folders, done = {}, {}
+
+    def run(backend, task, devices=1):
+        key = (backend, task, devices)
+        if key not in done:
+            folder = folders.setdefault(task, tmp_path_factory.mktemp(task))
+            if backend != "jax" or devices != 1:
+                run("jax", task)                    # the shared initial weights first
+            done[key] = _run(backend, folder, task, devices), folder
+        return done[key]
+
+    return run
 
 
 @pytest.mark.parametrize("task", ["mrpc", "sts"])
-def test_jax_fine_tuning_matches_tensorflow(tmp_path, task):
-    pytest.importorskip("jax")
-    jax_history = _run("jax", tmp_path, task)          # writes the shared initial weights
-    tf_history = _run("tensorflow", tmp_path, task)
+def test_jax_fine_tuning_matches_tensorflow(runs, task):
+    jax_history = runs("jax", task)[0]
+    tf_history = runs("tensorflow", task)[0]
     assert [h[0] for h in jax_history] == list(range(1, STEPS + 1))
     assert [h[0] for h in tf_history] == list(range(1, STEPS + 1))
     jax_loss, tf_loss = np.array([h[1] for h in jax_history]), np.array([h[1] for h in tf_history])
     np.testing.assert_allclose(jax_loss, tf_loss, atol=1e-4, rtol=0)
     assert jax_loss[-1] < jax_loss[0]      # it trains (the comparison is not of two flat lines)
+
+
+def test_two_devices_match_one(runs):
+    """DataParallel over 2 virtual CPU devices: the one-device losses and logits (≤ 1e-5)."""
+    one, folder = runs("jax", "mrpc")
+    two, _ = runs("jax", "mrpc", devices=2)
+    assert [h[0] for h in two] == [h[0] for h in one] == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([h[1] for h in two], [h[1] for h in one], atol=1e-5, rtol=0)
+    logits = [np.load(folder / f"logits_{n}.npy") for n in (1, 2)]
+    assert logits[0].shape == (64, 2)
+    np.testing.assert_allclose(logits[1], logits[0], atol=1e-5, rtol=0)

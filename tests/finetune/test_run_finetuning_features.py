@@ -5,8 +5,10 @@ GLUE TSVs (../shared/data/glue, skipped when absent).
 One features directory (MRPC + STS-B, 32 tokens, 64 training examples, train/dev/test) is shared
 by the module. The JAX run and the TensorFlow run (--data_dir) of the same tiny model and hparams
 run side by side; both must write the same results files and TensorBoard tags. That JAX run has
-TensorFlow importable and must not import it (tests/conftest.py TENSORFLOW_WATCH); the other JAX
-runs have tensorflow and tensorflow_text made unimportable. The bad-input cases stop before any
+TensorFlow importable and must not import it (tests/conftest.py TENSORFLOW_WATCH), and runs on 2
+virtual CPU devices (--num_cpu_devices=2: DataParallel, issue #50 item 2; the losses of 2 devices
+against one are compared in tests/finetune/test_jax_finetune.py); the other JAX runs have
+tensorflow and tensorflow_text made unimportable. The bad-input cases stop before any
 model work (a few seconds each).
 """
 import csv
@@ -122,16 +124,17 @@ def features(tmp_path_factory, glue_dir, vocab):
 @pytest.fixture(scope="module")
 def both_runs(tmp_path_factory, features, glue_dir, vocab):
     """{backend: (model_dir, process)}: the same tasks, hparams and 2 trials with --do_predict,
-    from the features on JAX (without --vocab_file and --data_dir; TensorFlow importable, exit
-    status 3 had it been imported) and from the TSVs on TensorFlow, side by side."""
+    from the features on JAX (without --vocab_file and --data_dir; 2 CPU devices; TensorFlow
+    importable, exit status 3 had it been imported) and from the TSVs on TensorFlow, side by
+    side."""
     root = tmp_path_factory.mktemp("runs")
     procs = {
         "tensorflow": start_driver(common_args(
             root / "tf", data_dir=glue_dir, vocab_file=vocab, task_names=",".join(TASKS),
             num_trials=2) + ["--do_predict"], "tensorflow"),
         "jax": start_driver(common_args(
-            root / "jax", features_dir=features, task_names=",".join(TASKS), num_trials=2)
-            + ["--do_predict"], "jax", program=TENSORFLOW_WATCH),
+            root / "jax", features_dir=features, task_names=",".join(TASKS), num_trials=2,
+            num_cpu_devices=2) + ["--do_predict"], "jax", program=TENSORFLOW_WATCH),
     }
     return {backend: (root / ("tf" if backend == "tensorflow" else "jax"), finish(proc))
             for backend, proc in procs.items()}
@@ -154,6 +157,7 @@ def test_jax_run_writes_what_the_tensorflow_run_writes(both_runs, glue_dir):
         assert "GLUE dev (median over trials" in proc.stdout      # the table, several tasks
     (tf_dir, _), (jax_dir, jax_proc) = both_runs["tensorflow"], both_runs["jax"]
     assert "JAX" in jax_proc.stdout   # the JAX trainer's progress lines
+    assert "JAX: 2 cpu device(s) (DataParallel)" in jax_proc.stdout
     assert "JAX compilation cache: " in jax_proc.stdout     # training/compile_cache.py
     results = files_under(tf_dir / "results")
     assert results == files_under(jax_dir / "results")
@@ -289,6 +293,8 @@ BAD_INPUTS = {   # name: (extra flags, what the one error line says)
                                          "supported yet"),
     "mixed_float16": (["--precision", "mixed_float16"],
                       "precision mixed_float16 (loss scaling) is TensorFlow-only"),
+    "batch the devices do not divide": (["--num_cpu_devices", 2, "--train_batch_size", 3],
+                                        "train_batch_size 3 is not divisible by the 2 devices"),
 }
 
 

@@ -178,6 +178,29 @@ def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
     assert not (tmp_path / "m").exists()
 
 
+def test_distribution_flags_on_jax(monkeypatch):
+    """The TensorFlow drivers' --distribution vocabulary on JAX (both drivers,
+    training/jax_core.jax_num_devices): every local device by default and for mirrored, one for
+    one_device, --num_cpu_devices through XLA_FLAGS; what only TensorFlow has is one line."""
+    import re
+    from training.jax_core import jax_num_devices
+    from training.loop import TrainingError
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_foo")
+    assert jax_num_devices() is None and jax_num_devices("mirrored") is None
+    assert jax_num_devices("one_device") == 1
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_foo"
+    assert jax_num_devices("mirrored", num_cpu_devices=2) is None
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_foo --xla_force_host_platform_device_count=2"
+    for flags, message in (({"distribution": "multi_worker"}, "--distribution=multi_worker is "
+                            "for TensorFlow (several hosts)"),
+                           ({"distribution": "tpu"}, "--distribution=tpu is for TensorFlow"),
+                           ({"tpu": "local"}, "--tpu is for TensorFlow; on JAX"),
+                           ({"gcp_project": "p"}, "--gcp_project is for TensorFlow"),
+                           ({"distribution": "mirored"}, "unknown --distribution 'mirored'")):
+        with pytest.raises(TrainingError, match=re.escape(message)):
+            jax_num_devices(**flags)
+
+
 def test_gpu_benchmark_runs_the_cores_program(tmp_path):
     """benchmarks/gpu_pretrain.py (what a lent GPU machine runs) times the JAX training core's
     program at each size it is given; its CPU smoke mode keeps it from rotting between GPU
