@@ -45,8 +45,8 @@ pace:
   writes them without TensorFlow, the tags TensorFlow's core writes, the task's
   `scalar_prefix`).
 
-`fit_task` reads as its four parts: `_restore`, `_train` (the loop, with `_save` at its save
-points), then the final values assigned and `export`. `make_step` takes a Keras model and a
+`fit_task` reads as its four parts: `_restore`, `_train` (the loop, saving at its save points),
+then the newest values assigned to the variables and `task.export`. `make_step` takes a Keras model and a
 `loss_and_metrics(outputs, batch)` function instead of a Task: the same program, for
 benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core; not here: loss scaling
 (mixed_float16).
@@ -368,13 +368,15 @@ class JaxTrainingCore:
         own_writer = writer is None
         if own_writer:
             writer = ScalarWriter(log_dir)
+        current = {"state": state}     # what the last call returned: _train updates it
         try:
-            state, result = self._train(program, state, examples, last_saved, checkpoint_dir,
-                                        after_save, checkpoint_every,
-                                        label=task.label or self.label, writer=writer)
+            result = self._train(program, current, examples, last_saved, checkpoint_dir,
+                                 after_save, checkpoint_every, label=task.label or self.label,
+                                 writer=writer)
         finally:
-            # The newest values the run reached (also when it stopped on an error or a signal),
-            # unless a failed call consumed them.
+            # The newest values the run reached, also when it stopped on an error or a signal
+            # (as TensorFlow's core leaves its variables), unless a failed call consumed them.
+            state = current["state"]
             if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):
                 self._assign(state)
             if own_writer:
@@ -472,25 +474,26 @@ class JaxTrainingCore:
         if restored is None:
             return 0, 0, None
         values, step, examples, last_saved = restored
-        for name, variable in zip(sum(self._names(), []), sum(map(list, self.task_variables()), [])):
-            variable.assign(values[name])
+        for names, group in zip(self._names(), self.task_variables()):
+            for name, variable in zip(names, group):
+                variable.assign(values[name])
         self.log(f"resumed from {last_saved} at step {step}")
         return step, examples, last_saved
 
-    def _train(self, program, state, examples, last_saved, checkpoint_dir, after_save,
+    def _train(self, program, current, examples, last_saved, checkpoint_dir, after_save,
                checkpoint_every, label, writer=None):
-        """The host loop (training/loop.py) over `program` from `state`: (final state, LoopResult).
-        Blocks come from the task's `host_batches` through a BlockPrefetcher; `writer`: the
-        TensorBoard scalars (a ScalarWriter; None: none)."""
+        """The host loop (training/loop.py) over `program` from `current["state"]`, which holds
+        the newest state after every call; the LoopResult. Blocks come from the task's
+        `host_batches` through a BlockPrefetcher; `writer`: the TensorBoard scalars (a
+        ScalarWriter; None: none)."""
         import jax
         from training.device_input import BlockPrefetcher, block_sharding
         s = self.settings
-        start_step = int(state.step)
+        start_step = int(current["state"].step)
         schedule_arguments = self.schedule.arguments()
         blocks = BlockPrefetcher(self.task.host_batches(examples // s.batch_size),
                                  call_sizes(s, start_step), largest_call(s),
                                  sharding=block_sharding())
-        current = {"state": state}
 
         def run_steps(step):
             num, block = blocks.next()
@@ -520,8 +523,7 @@ class JaxTrainingCore:
                               scalar_prefix=self.task.scalar_prefix)
         finally:
             blocks.close()
-            state = current["state"]
-        return state, result
+        return result
 
     def _assign(self, state):
         for group, values in zip(self.task_variables(), state[:3]):

@@ -4,7 +4,7 @@ arguments is the host's float32 schedule bit for bit and trains as the schedule 
 Keras optimizer; steps_per_loop > 1 (one compiled call of K steps, padded when fewer are due)
 gives the same run as one step per call; after_save sees every save point with the current
 values; a precompiled program is the jitted one; the donated state never invalidates the Keras
-variables."""
+variables, and a run stopped by an error leaves them at its newest state."""
 import pytest
 
 from tests.conftest import run_jax_script
@@ -72,10 +72,27 @@ def keras_schedule_run():
     return [np.asarray(v.value).tolist() for v in task.model.trainable_variables]
 
 
+def stopped_run(steps, total_steps=12):
+    # The input ends after `steps` batches of a 12-step run: the error leaves the variables at
+    # the newest state (as TensorFlow's core leaves its own), not at their values before fit.
+    settings = TrainSettings(total_steps=total_steps, batch_size=4, learning_rate=0.05,
+                             warmup_steps=3, log_every=4, schedule_steps=12)
+    task = ToyTask(data[:steps])
+    core = JaxTrainingCore(settings, log=lambda *_: None).build(task)
+    error = None
+    try:
+        core.fit_task()
+    except RuntimeError as e:
+        error = str(e)
+    return {"error": error,
+            "weights": [np.asarray(v.value).tolist() for v in task.model.trainable_variables]}
+
+
 schedule = optimization.linear_warmup_linear_decay(0.05, 3, 12)
 device_lr = jax.jit(lambda s, a: optimization.LinearWarmupLinearDecay.value_at(s, a))
 out = {"loop1": run(1), "loop4": run(4), "loop3": run(3, log_every=6),
        "precompiled": run(4, pre=True), "keras": keras_schedule_run(),
+       "stopped": stopped_run(5), "five_steps": stopped_run(5, total_steps=5),
        "lr": [float(schedule.host_value(s)) for s in range(14)],
        "lr_device": [float(device_lr(np.int32(s), schedule.arguments())) for s in range(14)]}
 json.dump(out, open(sys.argv[1], "w"))
@@ -120,3 +137,9 @@ def test_after_save_sees_every_save_point_with_current_values(runs):
 def test_precompiled_step_is_the_jitted_step(runs):
     assert runs["precompiled"]["history"] == runs["loop4"]["history"]
     assert runs["precompiled"]["weights"] == runs["loop4"]["weights"]
+
+
+def test_an_error_leaves_the_variables_at_the_newest_state(runs):
+    assert "input ended" in runs["stopped"]["error"]
+    assert runs["five_steps"]["error"] is None
+    assert runs["stopped"]["weights"] == runs["five_steps"]["weights"]
