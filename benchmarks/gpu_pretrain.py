@@ -44,7 +44,7 @@ SPECIAL = {"cls_id": 101, "sep_id": 102, "mask_id": 103}
 
 
 def build(size, electra, args):
-    """(core, program, example args, pretraining task) of one model on the JAX core."""
+    """(program, example args, pretraining task) of one model on the JAX core."""
     import numpy as np
     from pretrain.generator_config import default_generator_hidden_size
     from pretrain.hparams import make_hparams
@@ -65,8 +65,7 @@ def build(size, electra, args):
     ids[:, 0], ids[:, -1] = SPECIAL["cls_id"], SPECIAL["sep_id"]
     batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids),
              "example_id": np.arange(args.batch, dtype=np.int32)}
-    program = core.task_step()
-    return core, program, core.example_args(batch, args.steps_per_call), task
+    return core.task_step(), core.example_args(batch, args.steps_per_call), task
 
 
 def bench_size(size, args, log=print):
@@ -77,7 +76,7 @@ def bench_size(size, args, log=print):
     models = {}
     for name, electra in (("ConvBERT", False), ("ELECTRA", True)):
         started = time.time()
-        core, program, step_args, task = build(size, electra, args)
+        program, step_args, task = build(size, electra, args)
         built = time.time()
         _, step_args = seconds_per_step(program, step_args, 0, rounds=0)   # compiles
         models[name] = {"program": program, "args": step_args, "task": task,

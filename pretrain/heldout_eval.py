@@ -280,12 +280,11 @@ def keras_fns(pretrainer):
 def jax_fns(pretrainer):
     """`keras_fns` compiled on Keras-on-JAX: the same two functions, each one jitted call over
     the pre-trainer's current variable values (read at every call, so they follow training), or
-    over `values=` (a `snapshot` taken earlier: one fixed corruption, many discriminators).
-    Each has `precompile_job(*example_args)` for training/jax_core.precompile."""
+    over `values=` (a `snapshot` taken earlier: one fixed corruption, many discriminators). The
+    host scorer's functions on JAX; a run scores on the device (`DeviceScorer`)."""
     import jax
     import keras
     from pretrain import masking
-    from training.jax_core import PrecompilableStep
     if pretrainer.disc_head is None:
         raise EvalError("the run is a plain MLM (electra_objective false): no discriminator")
     variables = list(pretrainer.trainable_variables) + list(pretrainer.non_trainable_variables)
@@ -295,17 +294,10 @@ def jax_fns(pretrainer):
         def run(values, *args):
             with keras.StatelessScope(state_mapping=list(zip(variables, values))):
                 return fn(*args).astype("float32")
-        step = PrecompilableStep(run)
 
         def call(*args, values=None):
-            return np.asarray(step(*arguments(args, values)))
-
-        def arguments(args, values=None):
             values = [v.value for v in variables] if values is None else values
-            return (values, *(np.asarray(a, np.int32) for a in args))
-
-        # (step, its arguments for `args`): a job for training/jax_core.precompile
-        call.precompile_job = lambda *args: (step, arguments(args))
+            return np.asarray(run(values, *(np.asarray(a, np.int32) for a in args)))
         return call
 
     def inputs(ids, mask, segments):
