@@ -8,9 +8,17 @@ once and writes them here; a fine-tuning process then reads the arrays back with
   most 65536 tokens, else int32), `input_mask` and `segment_ids` (uint8), `label_ids` (int32;
   float32 for STS-B) and `guids` (a numpy unicode array of the example ids). No pickled objects:
   every file loads with `np.load(..., allow_pickle=False)`.
+* SQuAD (`squad_<split>.npz`, `squadv1_<split>.npz`): one row per window, the arrays of
+  finetune/qa/squad_data.py `SquadFeatures` (`SQUAD_ARRAYS`; ids uint16 / int32 as above, token
+  -> context character offsets int32, masks uint8), and for the dev split `dataset`: the SQuAD
+  JSON the windows were made from (UTF-8 bytes as uint8), which gives post-processing its
+  examples (`read_squad_examples` in the same order, so `example_index` points into them) and
+  scoring its gold answers. Its manifest entry also has `"kind": "squad"` and `"questions"`.
 * `manifest.json`, written last: `{"format": 1, "vocab_file", "vocab_sha256", "vocab_size",
-  "do_lower_case", "max_seq_length", "double_unordered", "max_train_examples", "files":
-  {"<task>_<split>": {"task", "split", "examples", "file", "sha256"}}}`.
+  "do_lower_case", "max_seq_length", "double_unordered", "max_train_examples", "doc_stride",
+  "max_query_length", "files": {"<task>_<split>": {"task", "split", "examples", "file",
+  "sha256"}}}` (vocab_file is the SentencePiece model for features made with `--sp_model`;
+  doc_stride / max_query_length shape SQuAD windows: only in manifests with SQuAD files).
 
 Every file goes through base/fileio.py (local paths, gs://, ram://), each written atomically, so
 a reader never sees half a file. `load_split` checks the file's sha256 against the manifest and
@@ -39,6 +47,13 @@ ARRAY_NAMES = ID_ARRAYS + ("label_ids", "guids")
 # What every manifest holds besides "format" and "files" (check_compatible reads them).
 MANIFEST_KEYS = ("vocab_file", "vocab_sha256", "vocab_size", "do_lower_case", "max_seq_length",
                  "double_unordered", "max_train_examples")
+# SQuAD windows: finetune/qa/squad_data.py SquadFeatures fields -> stored type.
+SQUAD_ARRAYS = {"input_ids": None, "input_mask": np.uint8, "segment_ids": np.uint8,
+                "start_positions": np.int32, "end_positions": np.int32,
+                "is_impossible": np.uint8, "answer_in_window": np.uint8,
+                "example_index": np.int32, "doc_span_index": np.int32,
+                "token_char_start": np.int32, "token_char_end": np.int32,
+                "token_is_max_context": np.uint8}
 UINT16_VOCAB_SIZE = 65536   # ids 0..65535 fit uint16
 UNCHECKED = object()        # check_compatible: a setting the caller does not check
 
@@ -136,13 +151,20 @@ def write_features(output_dir, task, split, arrays, guids, vocab_size=None) -> d
 
 
 def make_manifest(files, *, vocab_file, vocab_sha256, vocab_size, do_lower_case, max_seq_length,
-                  double_unordered, max_train_examples) -> dict:
+                  double_unordered, max_train_examples, doc_stride=None,
+                  max_query_length=None) -> dict:
     """The manifest dict (format 1) for `files` ({key: entry from write_features})."""
-    return {"format": FORMAT, "vocab_file": str(vocab_file), "vocab_sha256": vocab_sha256,
-            "vocab_size": int(vocab_size), "do_lower_case": bool(do_lower_case),
-            "max_seq_length": int(max_seq_length), "double_unordered": bool(double_unordered),
-            "max_train_examples": None if max_train_examples is None else int(max_train_examples),
-            "files": dict(files)}
+    manifest = {"format": FORMAT, "vocab_file": str(vocab_file), "vocab_sha256": vocab_sha256,
+                "vocab_size": int(vocab_size), "do_lower_case": bool(do_lower_case),
+                "max_seq_length": int(max_seq_length),
+                "double_unordered": bool(double_unordered),
+                "max_train_examples": None if max_train_examples is None
+                else int(max_train_examples)}
+    for key, value in (("doc_stride", doc_stride), ("max_query_length", max_query_length)):
+        if value is not None:
+            manifest[key] = int(value)
+    manifest["files"] = dict(files)
+    return manifest
 
 
 def write_manifest(output_dir, manifest) -> str:
@@ -196,14 +218,10 @@ def _find_entry(manifest, task, split, where):
     return files[key]
 
 
-def load_split(features_dir, task, split, manifest=None):
-    """(arrays, guids) of one split: arrays `input_ids`, `input_mask`, `segment_ids` (int32
-    [N, max_seq_length]) and `label_ids` (int32 [N], float32 for STS-B), exactly as
-    `convert_examples_to_features` made them; guids a list of str. The file's sha256 must match
-    the manifest's (read from `features_dir` unless given)."""
+def _read_npz(features_dir, manifest, task, split, names):
+    """{name: array} of one listed file, its sha256 checked against the manifest; with its path
+    and manifest entry."""
     where = manifest_path(features_dir)
-    if manifest is None:
-        manifest = read_manifest(features_dir)
     entry = _find_entry(manifest, task, split, where)
     path = fileio.join(features_dir, entry["file"])
     try:
@@ -217,16 +235,27 @@ def load_split(features_dir, task, split, manifest=None):
                                f"make the features again)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            missing = [name for name in ARRAY_NAMES if name not in npz.files]
+            missing = [name for name in names if name not in npz.files]
             if missing:
                 raise FeatureFileError(f"{path}: missing array(s) {', '.join(missing)} "
                                        f"(has: {', '.join(npz.files) or 'none'})")
-            raw = {name: npz[name] for name in ARRAY_NAMES}
+            raw = {name: npz[name] for name in npz.files}
     except FeatureFileError:
         raise
     except Exception as e:   # noqa: BLE001 -- BadZipFile, pickled objects, truncated data
         raise FeatureFileError(f"{path}: unreadable features file ({' '.join(str(e).split())})"
                                ) from None
+    return raw, path, entry
+
+
+def load_split(features_dir, task, split, manifest=None):
+    """(arrays, guids) of one split: arrays `input_ids`, `input_mask`, `segment_ids` (int32
+    [N, max_seq_length]) and `label_ids` (int32 [N], float32 for STS-B), exactly as
+    `convert_examples_to_features` made them; guids a list of str. The file's sha256 must match
+    the manifest's (read from `features_dir` unless given)."""
+    if manifest is None:
+        manifest = read_manifest(features_dir)
+    raw, path, entry = _read_npz(features_dir, manifest, task, split, ARRAY_NAMES)
     if raw["guids"].dtype.kind != "U":
         raise FeatureFileError(f"{path}: guids are {raw['guids'].dtype}, expected unicode")
     arrays = {name: raw[name].astype(np.int32) for name in ID_ARRAYS}
@@ -234,6 +263,60 @@ def load_split(features_dir, task, split, manifest=None):
     arrays["label_ids"] = labels.astype(np.float32 if labels.dtype.kind == "f" else np.int32)
     _check_shapes(arrays, raw["guids"], entry, manifest, path)
     return arrays, [str(g) for g in raw["guids"].tolist()]
+
+
+# ------------------------------------------------------------------------------------ SQuAD
+def write_squad_features_file(output_dir, task, split, features, dataset_text=None,
+                              vocab_size=None):
+    """`<output_dir>/<task>_<split>.npz` from a finetune/qa/squad_data.py `SquadFeatures` and,
+    for an evaluated split, the SQuAD JSON text its examples were read from; atomically.
+    Returns (manifest entry, num_bytes)."""
+    name = file_key(task, split) + ".npz"
+    path = fileio.join(output_dir, name)
+    ids = np.asarray(features.input_ids)
+    if vocab_size is None:
+        vocab_size = int(ids.max()) + 1 if ids.size else 0
+    out = {}
+    for key, dtype in SQUAD_ARRAYS.items():
+        out[key] = _cast_exact(getattr(features, key), dtype or ids_dtype(vocab_size), key,
+                               path)
+    if dataset_text is not None:
+        out["dataset"] = np.frombuffer(dataset_text.encode("utf-8"), np.uint8)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **out)
+    data = buffer.getvalue()
+    fileio.write_bytes_atomic(path, data)
+    questions = len(set(int(i) for i in features.example_index))
+    entry = {"task": task, "split": split, "kind": "squad", "examples": len(features),
+             "questions": questions, "file": name, "sha256": hashlib.sha256(data).hexdigest()}
+    return entry, len(data)
+
+
+def load_squad_split(features_dir, task, split, manifest=None, with_dataset=False):
+    """(SquadFeatures, dataset) of one SQuAD split, the arrays as `convert_examples_to_features`
+    made them; dataset: the parsed SQuAD JSON stored with the windows (None unless
+    `with_dataset`; FeatureFileError if the file has none). sha256 checked as `load_split`."""
+    from finetune.qa.squad_data import SquadFeatures
+    if manifest is None:
+        manifest = read_manifest(features_dir)
+    names = tuple(SQUAD_ARRAYS) + (("dataset",) if with_dataset else ())
+    raw, path, entry = _read_npz(features_dir, manifest, task, split, names)
+    arrays = {k: raw[k].astype(bool if k == "token_is_max_context" else np.int32)
+              for k in SQUAD_ARRAYS}
+    n, length = entry["examples"], manifest["max_seq_length"]
+    for key, value in arrays.items():
+        want = (n, length) if key in ID_ARRAYS or key.startswith("token_") else (n,)
+        if value.shape != want:
+            raise FeatureFileError(f"{path}: {key} has shape {value.shape}, the manifest says "
+                                   f"{want}")
+    dataset = None
+    if with_dataset:
+        try:
+            dataset = json.loads(raw["dataset"].tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise FeatureFileError(f"{path}: its SQuAD dataset is not valid JSON ({e})"
+                                   ) from None
+    return SquadFeatures(**arrays), dataset
 
 
 def _check_shapes(arrays, guids, entry, manifest, path):
@@ -255,7 +338,8 @@ def _flag(value):
 
 
 def check_compatible(manifest, manifest_path, vocab_sha256=None, max_seq_length=None,
-                     do_lower_case=None, *, double_unordered=None, max_train_examples=UNCHECKED):
+                     do_lower_case=None, *, double_unordered=None, max_train_examples=UNCHECKED,
+                     doc_stride=None, max_query_length=None):
     """FeatureFileError unless the features match what the run asks for; None = not checked
     (for max_train_examples, where None means "all", leaving it out = not checked).
     The message names the manifest: `<path>: features were made with max_seq_length 128, this
@@ -280,3 +364,8 @@ def check_compatible(manifest, manifest_path, vocab_sha256=None, max_seq_length=
             manifest.get("max_train_examples") != max_train_examples:
         mismatch("max_train_examples", _flag(manifest.get("max_train_examples")),
                  _flag(max_train_examples))
+    # SQuAD's windows: another stride or question cut gives other windows (and answers). A
+    # manifest without SQuAD files has neither: reading the split names what is missing.
+    for key, asked in (("doc_stride", doc_stride), ("max_query_length", max_query_length)):
+        if asked is not None and key in manifest and manifest[key] != int(asked):
+            mismatch(key, _flag(manifest.get(key)), int(asked))

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from base import fileio
+
 from finetune.glue.readers import InputExample, add_swapped_pairs
 from finetune.glue.tasks import get_task
 
@@ -98,11 +100,20 @@ def convert_examples_to_features(examples: list[InputExample], task_name: str, t
 
 
 # ------------------------------------------------------------------------------ command line
-CLI_USAGE = """Tokenize GLUE splits once into feature files (finetune/feature_files.py).
+CLI_USAGE = """Tokenize GLUE / SQuAD splits once into feature files (finetune/feature_files.py).
 
     python -m finetune.features --task_names=cola,sst,mrpc,sts,rte --data_dir=GLUE_DIR \\
         --vocab_file=VOCAB --output_dir=DIR [--do_lower_case=true] [--max_seq_length=128] \\
         [--splits=train,dev] [--max_train_examples=N] [--double_unordered=true]
+    python -m finetune.features --task_names=squadv1,squad --data_dir=DATA_DIR \\
+        --vocab_file=VOCAB --output_dir=DIR [--max_seq_length=512] [--doc_stride=128] \\
+        [--max_query_length=64] [--train_file=...] [--predict_file=...]
+
+SQuAD (squadv1 = 1.1, squad = 2.0) reads <data_dir>/squad/{train,dev}-v<version>.json (or
+--train_file / --predict_file) as run_finetuning.py does, and writes the sliding windows with
+what post-processing needs (token -> context offsets, max-context flags, the dev JSON for the
+examples and gold answers); splits train and dev. --sp_model (a SentencePiece model) replaces
+--vocab_file for GLUE and SQuAD alike.
 
 Writes DIR/<task>_<split>.npz per task and split, then DIR/manifest.json (vocab sha256, length,
 casing, ...). For MNLI, dev means dev_matched + dev_mismatched and test means test_matched +
@@ -133,6 +144,16 @@ def _cli_flags():
                 (flags.DEFINE_string, "data_dir", None, "GLUE data dir "
                  "(<data_dir>/<TASK>/{train,dev,test}.tsv)."),
                 (flags.DEFINE_string, "vocab_file", None, "WordPiece vocab of the encoder."),
+                (flags.DEFINE_string, "sp_model", None, "SentencePiece model of the encoder "
+                 "instead of --vocab_file."),
+                (flags.DEFINE_integer, "doc_stride", None, "SQuAD: tokens between window starts "
+                 "(default: the fine-tuning default, 128)."),
+                (flags.DEFINE_integer, "max_query_length", None, "SQuAD: question tokens kept "
+                 "(default: the fine-tuning default, 64)."),
+                (flags.DEFINE_string, "train_file", None, "SQuAD training JSON (default: "
+                 "<data_dir>/squad/train-v<version>.json)."),
+                (flags.DEFINE_string, "predict_file", None, "SQuAD evaluation JSON (default: "
+                 "<data_dir>/squad/dev-v<version>.json)."),
                 (flags.DEFINE_string, "output_dir", None, "Where the .npz files and "
                  "manifest.json go."),
                 (flags.DEFINE_bool, "do_lower_case", None, "Lower-case the text (default: the "
@@ -175,37 +196,85 @@ def run_splits(task, split, data_dir):
     return [split]
 
 
-def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp, printer=print):
+def _read_squad_splits(task, splits, hp, data_dir, train_file, predict_file):
+    """[(split, examples, dataset text or None)] of a SQuAD task, read as a fine-tuning run reads
+    them (finetune/squad_task.py): training questions whose answer cannot be found dropped, the
+    first --max_train_examples; every dev question. SquadFormatError naming a bad file."""
+    from finetune import squad_task
+    from finetune.console import UsageError
+    from finetune.qa import squad_data
+    unknown = [s for s in splits if s not in ("train", "dev")]
+    if unknown:
+        raise UsageError(f"--splits {','.join(unknown)}: SQuAD ({task}) has train and dev")
+    default_train, default_dev = squad_task.default_files(task, data_dir)
+    out = []
+    for split in splits:
+        if split == "train":
+            path = squad_task._require(train_file or default_train, "training", "train_file")
+            examples = squad_data.read_squad_examples(path, is_training=True)
+            if hp.max_train_examples:
+                examples = examples[:hp.max_train_examples]
+            out.append((split, path, examples, None))
+        else:
+            path = squad_task._require(predict_file or default_dev, "evaluation",
+                                       "predict_file")
+            examples = squad_data.read_squad_examples(path, is_training=False)
+            out.append((split, path, examples, fileio.read_text(path)))
+    return out
+
+
+def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp, printer=print,
+                       sp_model=None, train_file=None, predict_file=None):
     """Tokenizes every (task, split) into `output_dir` and writes its manifest last; returns the
     manifest. `hp`: FinetuneHParams (do_lower_case, max_seq_length, max_train_examples,
-    double_unordered). Every input is checked before anything is written."""
+    double_unordered; for SQuAD doc_stride, max_query_length). `sp_model` replaces `vocab_file`
+    (a SentencePiece model). Every input is checked (and SQuAD's files read) before anything is
+    written."""
     from finetune import feature_files
     from finetune.console import UsageError
     from finetune.glue.readers import read_examples, task_file
     from finetune.glue.splits import load_glue_data
-    from base import fileio
+    from finetune.hparams import QA_TASKS
     from data.errors import VocabError
 
-    if not fileio.isdir(data_dir):
+    if data_dir and not fileio.isdir(data_dir):
         raise UsageError(f"{data_dir}: --data_dir not found")
+    glue_tasks = [t for t in task_names if t not in QA_TASKS]
+    if glue_tasks and not data_dir:
+        raise UsageError("--data_dir is required for GLUE tasks")
     blocked = fileio.output_dir_error(output_dir, "--output_dir")
     if blocked:
         raise UsageError(blocked)
-    jobs = list(dict.fromkeys((task, name) for task in task_names for split in splits
+    jobs = list(dict.fromkeys((task, name) for task in glue_tasks for split in splits
                               for name in run_splits(task, split, data_dir)))
     for task, split in jobs:
         task_file(data_dir, task, split)      # DataError: unknown split, missing dir or file
-    if not fileio.isfile(vocab_file):
-        raise VocabError(f"vocab file {vocab_file}: not found")
+    vocab = sp_model or vocab_file
+    if not fileio.isfile(vocab):
+        raise VocabError(f"{'SentencePiece model' if sp_model else 'vocab file'} {vocab}: "
+                         f"not found")
+    squad_jobs = [(task, *split) for task in task_names if task in QA_TASKS
+                  for split in _read_squad_splits(task, splits, hp, data_dir, train_file,
+                                                  predict_file)]
     from data.tokenization import load_tokenizer
-    tokenizer = load_tokenizer(vocab_file, do_lower_case=hp.do_lower_case)   # VocabError
-    sha = feature_files.vocab_sha256(vocab_file)
+    tokenizer = load_tokenizer(None if sp_model else vocab_file, sp_model,
+                               do_lower_case=hp.do_lower_case)   # VocabError
+    sha = feature_files.vocab_sha256(vocab)
 
     # A manifest from an earlier run would describe files this run replaces.
     old_manifest = feature_files.manifest_path(output_dir)
     if fileio.isfile(old_manifest):
         fileio.remove(old_manifest)
     files, total_bytes, total_examples = {}, 0, 0
+
+    def done(task, split, entry, size, what="examples"):
+        nonlocal total_bytes, total_examples
+        files[feature_files.file_key(task, split)] = entry
+        total_bytes += size
+        total_examples += entry["examples"]
+        printer(f"{task} {split}: {entry['examples']} {what}, "
+                f"{feature_files.format_size(size)} -> {fileio.join(output_dir, entry['file'])}")
+
     for task, split in jobs:
         if split == "train":   # exactly as a fine-tuning run reads it
             examples = load_glue_data(task, hp, data_dir, do_train=True, do_eval=False,
@@ -213,18 +282,28 @@ def make_feature_files(task_names, splits, data_dir, vocab_file, output_dir, hp,
         else:
             examples = read_examples(data_dir, task, split)
         arrays = convert_examples_to_features(examples, task, tokenizer, hp.max_seq_length)
-        entry, size = feature_files.write_features_file(
+        done(task, split, *feature_files.write_features_file(
             output_dir, task, split, arrays, [e.guid for e in examples],
-            vocab_size=tokenizer.vocab_size)
-        files[feature_files.file_key(task, split)] = entry
-        total_bytes += size
-        total_examples += entry["examples"]
-        printer(f"{task} {split}: {entry['examples']} examples, "
-                f"{feature_files.format_size(size)} -> {fileio.join(output_dir, entry['file'])}")
+            vocab_size=tokenizer.vocab_size))
+    for task, split, path, examples, text in squad_jobs:
+        from finetune.qa import squad_data   # the windows of finetune/squad_task.py
+        windows = squad_data.convert_examples_to_features(
+            examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
+            is_training=split == "train")
+        if split == "train" and not len(windows):
+            from finetune.qa.squad_eval import SquadFormatError
+            raise SquadFormatError(f"{path}: no training windows (every answer fell outside "
+                                   f"the tokenized context?)")
+        entry, size = feature_files.write_squad_features_file(
+            output_dir, task, split, windows, text, vocab_size=tokenizer.vocab_size)
+        done(task, split, entry, size, f"windows of {len(examples)} questions")
     manifest = feature_files.make_manifest(
-        files, vocab_file=vocab_file, vocab_sha256=sha, vocab_size=tokenizer.vocab_size,
+        files, vocab_file=vocab, vocab_sha256=sha, vocab_size=tokenizer.vocab_size,
         do_lower_case=hp.do_lower_case, max_seq_length=hp.max_seq_length,
-        double_unordered=hp.double_unordered, max_train_examples=hp.max_train_examples)
+        double_unordered=hp.double_unordered, max_train_examples=hp.max_train_examples,
+        # What shapes SQuAD's windows; a GLUE-only manifest leaves them out.
+        doc_stride=hp.doc_stride if squad_jobs else None,
+        max_query_length=hp.max_query_length if squad_jobs else None)
     path = feature_files.write_manifest(output_dir, manifest)
     printer(f"total: {len(files)} files, {total_examples} examples, "
             f"{feature_files.format_size(total_bytes)}; manifest {path}")
@@ -235,20 +314,27 @@ def _run_cli():
     from finetune.console import UsageError, say
     from finetune.hparams import QA_TASKS, load_hparams, parse_task_names
     FLAGS = _cli_flags()
-    for flag in ("task_names", "data_dir", "vocab_file", "output_dir"):
+    for flag in ("task_names", "output_dir"):
         if not getattr(FLAGS, flag):
             raise UsageError(f"--{flag} is required")
+    if FLAGS.vocab_file and FLAGS.sp_model:
+        raise UsageError("give --vocab_file or --sp_model, not both")
+    if not (FLAGS.vocab_file or FLAGS.sp_model):
+        raise UsageError("--vocab_file (or --sp_model) is required")
     tasks = parse_task_names(FLAGS.task_names)
-    qa = [t for t in tasks if t in QA_TASKS]
-    if qa:
-        raise UsageError(f"--task_names {','.join(qa)}: feature files are for GLUE tasks only")
+    if not FLAGS.data_dir and (any(t not in QA_TASKS for t in tasks) or not (
+            FLAGS.train_file or FLAGS.predict_file)):
+        raise UsageError("--data_dir is required")
     splits = _split_list(FLAGS.splits, "splits")
     overrides = {name: getattr(FLAGS, name) for name in
-                 ("do_lower_case", "max_seq_length", "max_train_examples", "double_unordered")}
+                 ("do_lower_case", "max_seq_length", "max_train_examples", "double_unordered",
+                  "doc_stride", "max_query_length")}
     hp = load_hparams(None, **overrides)          # the fine-tuning defaults and checks
-    hp = hp.for_task(tasks[0])                    # max_seq_length None -> 128 (GLUE)
+    # max_seq_length None -> 128 (GLUE) or 512 (SQuAD): the first task's; one per manifest.
+    hp = hp.for_task(tasks[0])
     make_feature_files(tasks, splits, FLAGS.data_dir, FLAGS.vocab_file, FLAGS.output_dir, hp,
-                       printer=say)
+                       printer=say, sp_model=FLAGS.sp_model, train_file=FLAGS.train_file,
+                       predict_file=FLAGS.predict_file)
     return 0
 
 
@@ -258,7 +344,8 @@ def _user_error_types():
     from finetune.console import UsageError
     types = [UsageError]
     for module, name in (("data.errors", "DataError"), ("finetune.hparams", "HParamsError"),
-                         ("base.fileio", "FileIOError")):
+                         ("base.fileio", "FileIOError"),
+                         ("finetune.qa.squad_eval", "SquadFormatError")):
         if module in sys.modules:
             types.append(getattr(sys.modules[module], name))
     return tuple(types)

@@ -60,35 +60,42 @@ def random_encoder_weights(config, seed):
 class JaxFinetuner:
     """One encoder config + one GLUE head shape, compiled once; see the module doc."""
 
+    # The features a train batch holds (the task's labels among them).
+    TRAIN_KEYS = ("input_ids", "input_mask", "segment_ids", "label_ids")
+
     def __init__(self, config, task, hp, log=print, head_dropout=0.1):
-        import keras
         from finetune.classification_head import ClassificationHead
         from finetune.glue.tasks import get_task
         from finetune.glue_task import glue_model_fns
+        self.spec = get_task(task)
+        _prepare(hp)   # before the head: its layers take the precision policy when made
+        head = ClassificationHead(self.spec.num_labels, self.spec.is_regression,
+                                  dropout_rate=head_dropout,
+                                  initializer_range=config.initializer_range,
+                                  name=f"{self.spec.name}_head")
+        forward, loss = glue_model_fns(self.spec.name)
+        self._build(config, hp, self.spec.name, head, forward, loss,
+                    lambda outputs: outputs["logits"].astype("float32"), log)
+
+    def _build(self, config, hp, name, head, forward, loss, predict_outputs, log):
+        """The task (encoder + built `head`, `forward`, `loss`), its compiled train step and the
+        predict step returning `predict_outputs(forward(..., training=False))`."""
         from finetune.trainer import FinetuneTask
         from model import ConvBertModel
         from training.jax_core import JaxTrainingCore, set_precision
         from training.settings import TrainSettings
-        if keras.backend.backend() != "jax":
-            from training.loop import TrainingError
-            raise TrainingError("JaxFinetuner needs KERAS_BACKEND=jax")
         self.hp, self.log = hp, log
-        self.spec = get_task(task)
-        set_precision(hp.precision)
+        set_precision(hp.precision)   # (again: a caller may have changed it since)
         self.encoder = ConvBertModel(config)
         ones = np.ones((1, 8), np.int32)
         self.encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
-        self.head = ClassificationHead(self.spec.num_labels, self.spec.is_regression,
-                                       dropout_rate=head_dropout,
-                                       initializer_range=config.initializer_range,
-                                       name=f"{self.spec.name}_head")
-        self.head.build((None, None, config.hidden_size))
-        forward, loss = glue_model_fns(self.spec.name)
+        self.head = head
+        if not head.built:
+            head.build((None, None, config.hidden_size))
         named = dict(self.encoder.weight_map())
-        named.update({f"task_specific/{self.spec.name}/{k}": v
-                      for k, v in self.head.weight_map().items()})
+        named.update({f"task_specific/{name}/{k}": v for k, v in head.weight_map().items()})
         # The TensorFlow Trainer's task, on the JAX core.
-        self.task = FinetuneTask(self.encoder, self.head, forward, loss, named, self.spec.name)
+        self.task = FinetuneTask(self.encoder, head, forward, loss, named, name)
         self.settings = TrainSettings(
             total_steps=1, batch_size=hp.train_batch_size, learning_rate=hp.learning_rate,
             warmup_proportion=hp.warmup_proportion, weight_decay_rate=hp.weight_decay_rate,
@@ -100,9 +107,9 @@ class JaxFinetuner:
         self.core = JaxTrainingCore(self.settings, log=log).build(self.task)
         self.optimizer = self.core.optimizer
         self.train_step = self.core.task_step()
-        encoder, head = self.encoder, self.head
+        encoder = self.encoder
         self._predict_step = self.core.predict_step(
-            lambda batch: forward(encoder, head, batch, False)["logits"].astype("float32"))
+            lambda batch: predict_outputs(forward(encoder, head, batch, False)))
 
     def precompile_jobs(self, train_features, batch_size, eval_batch_size):
         """[(name, step, example args)] of the train and predict steps for
@@ -120,10 +127,9 @@ class JaxFinetuner:
         return [(f"finetune {name}", self.train_step, self.core.example_args(batch)),
                 (f"predict {name}", self._predict_step, (trainable, state, predict_batch))]
 
-    @staticmethod
-    def _train_inputs(features):
-        return {k: np.asarray(v) for k, v in features.items()
-                if k in ("input_ids", "input_mask", "segment_ids", "label_ids")}
+    @classmethod
+    def _train_inputs(cls, features):
+        return {k: np.asarray(v) for k, v in features.items() if k in cls.TRAIN_KEYS}
 
     # What the compiled step bakes in; the rest of hp (epochs, peak lr, warm-up, batch size) is
     # read by `train` for each task.
@@ -157,6 +163,9 @@ class JaxFinetuner:
         hp = hp or self.hp
         check_batch_size(hp.train_batch_size)
         inputs = self._train_inputs(features)
+        missing = [k for k in self.TRAIN_KEYS if k not in inputs]
+        if missing:
+            raise ValueError(f"{self.task.label}: training features lack {', '.join(missing)}")
         steps = num_train_steps(len(inputs["input_ids"]), hp.train_batch_size,
                                 hp.num_train_epochs, hp.max_train_steps)
         settings = dataclasses.replace(self.settings, total_steps=steps,
@@ -201,7 +210,62 @@ class JaxFinetuner:
         out = [self._predict_step(trainable, state, to_device(
                    {k: v[i:i + batch_size] for k, v in inputs.items()}, sharding))
                for i in range(0, len(inputs["input_ids"]), batch_size)]
+        if out and isinstance(out[0], dict):   # several outputs (the QA head's beam)
+            return {k: np.concatenate([np.asarray(o[k]) for o in out])[:n] for k in out[0]}
         return np.concatenate([np.asarray(o) for o in out])[:n]
+
+
+def _prepare(hp):
+    """JAX only; hp's precision policy set (before any layer is made)."""
+    import keras
+    from training.jax_core import set_precision
+    if keras.backend.backend() != "jax":
+        from training.loop import TrainingError
+        raise TrainingError("JaxFinetuner needs KERAS_BACKEND=jax")
+    set_precision(hp.precision)
+
+
+class JaxQAFinetuner(JaxFinetuner):
+    """SQuAD's encoder + `ElectraQAHead` (finetune/squad_task.py `make_head`, `model_fns`: the
+    TensorFlow run's head and loss) on the same JAX core; `predict` gives the head's inference
+    outputs ({key: array}, the beam with the joint head) for finetune/qa/postprocess.py."""
+
+    TRAIN_KEYS = ("input_ids", "input_mask", "segment_ids", "start_positions",
+                  "end_positions", "is_impossible")
+
+    def __init__(self, config, task, hp, log=print):
+        import keras
+        from finetune import squad_task
+        _prepare(hp)
+        self.spec = None
+        version = squad_task.VERSIONS[task]
+        self.version = version
+        head = squad_task.make_head(hp, config, version)
+        forward, loss, self.output_keys = squad_task.model_fns(hp, version)
+        keys = tuple(self.output_keys)
+
+        def outputs(out):   # bf16 logits leave as float32; beam indexes stay integers
+            return {k: keras.ops.cast(out[k], "float32")
+                    if "float" in str(keras.backend.standardize_dtype(out[k].dtype))
+                    else out[k] for k in keys}
+
+        self._build(config, hp, task, head, forward, loss, outputs, log)
+        self.task_name = task
+
+    # What shapes the head and its loss, besides the compiled hparams.
+    HEAD_HPARAMS = ("beam_size", "qa_hidden_size", "joint_prediction", "answerable_classifier",
+                    "answerable_uses_start_logits", "answerable_weight")
+
+    def compatible(self, config, task, hp):
+        from finetune import squad_task
+        return (task in squad_task.VERSIONS
+                and squad_task.VERSIONS[task] == self.version
+                and self.encoder.config.to_dict() == config.to_dict()
+                and all(getattr(hp, k) == getattr(self.hp, k)
+                        for k in self.COMPILED_HPARAMS + self.HEAD_HPARAMS))
+
+    def precompile_jobs(self, train_features, batch_size, eval_batch_size):
+        raise NotImplementedError("precompiling is for the GLUE heads")
 
 
 class Finetuners:
@@ -213,10 +277,13 @@ class Finetuners:
         self._built = []
 
     def get(self, config, task, hp):
+        from finetune.hparams import QA_TASKS
+        qa = task in QA_TASKS
         for finetuner in self._built:
-            if finetuner.compatible(config, task, hp):
+            if isinstance(finetuner, JaxQAFinetuner) == qa and \
+                    finetuner.compatible(config, task, hp):
                 return finetuner
-        finetuner = JaxFinetuner(config, task, hp, log=self.log)
+        finetuner = (JaxQAFinetuner if qa else JaxFinetuner)(config, task, hp, log=self.log)
         self._built.append(finetuner)
         return finetuner
 
@@ -269,3 +336,35 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
     if submission is not None:
         choose_test_predictions(task, hp, results, test_predictions, submission, log=log)
     return results
+
+
+def run_squad_task(task, hp, config, encoder_weights, sets, model_dir, finetuners=None,
+                   log=print):
+    """`hp.num_trials` trials of a SQuAD task (squad_task.SquadSets, from feature files) on JAX:
+    train on `sets.train`, predict the dev windows, post-process and score them, writing the
+    TensorFlow run's files (finetune/squad_task.py `write_trial_results`, `write_summary`) and
+    each trial's TensorBoard scalars (train/, dev_<task>/); returns the metrics per trial."""
+    from finetune import squad_task
+    from training.summaries import ScalarWriter
+    finetuners = finetuners or Finetuners(log)
+    finetuner = finetuners.get(config, task, hp)
+    all_metrics = []
+    for trial in trials(hp, task, model_dir):
+        writer = ScalarWriter(trial.log_dir)
+        try:
+            finetuner.start(encoder_weights, trial.seed)
+            steps = 0
+            if sets.train is not None:
+                steps = finetuner.train(sets.train, hp, seed=trial.seed, label=trial.label,
+                                        writer=writer)["steps"]
+            if sets.evals is not None:
+                windows = sets.evals[1].model_inputs(with_labels=False)
+                results = finetuner.predict(windows, hp.predict_batch_size)
+                metrics = squad_task.write_trial_results(task, hp, sets, results, model_dir,
+                                                         trial, steps, log)
+                all_metrics.append(metrics)
+                writer.write(metrics, steps, prefix=f"dev_{task}/")
+        finally:
+            writer.close()
+    squad_task.write_summary(task, hp, all_metrics, model_dir, log)
+    return all_metrics

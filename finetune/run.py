@@ -56,18 +56,17 @@ def load_task_data(tasks, base_hp, data_dir, train_file, predict_file, do_train,
     return task_data
 
 
-def load_feature_sets(tasks, base_hp, features_dir, vocab_file, do_train, do_eval, do_predict):
-    """(manifest, {task: GlueSets}) from `features_dir`, every file read and checked against
-    the run before any model is built: FeatureFileError naming the manifest for features made
-    with another vocabulary (`vocab_file`'s sha256, when there is one), max_seq_length or casing,
-    for training also double_unordered / max_train_examples, and for a split it lacks."""
-    from finetune import feature_files
+def load_feature_sets(tasks, base_hp, features_dir, vocab_file, do_train, do_eval, do_predict,
+                      printer=say):
+    """(manifest, {task: GlueSets or squad_task.SquadSets}) from `features_dir`, every file read
+    and checked against the run before any model is built: FeatureFileError naming the manifest
+    for features made with another vocabulary (`vocab_file`'s sha256, when there is one; a
+    SentencePiece model's for --sp_model), max_seq_length or casing, for training also
+    double_unordered / max_train_examples, for SQuAD doc_stride and max_query_length, and for a
+    split it lacks."""
+    from finetune import feature_files, squad_task
     from finetune.glue.tasks import get_task
     from finetune.glue_task import read_glue_features
-    qa = [t for t in tasks if t in QA_TASKS]
-    if qa:
-        raise UsageError(f"--task_names {','.join(qa)}: SQuAD from --features_dir (and so on "
-                         f"JAX) is not supported yet; feature files hold GLUE tasks only")
     manifest = feature_files.read_manifest(features_dir)
     where = feature_files.manifest_path(features_dir)
     vocab_sha = feature_files.vocab_sha256(vocab_file) if vocab_file else None
@@ -77,29 +76,40 @@ def load_feature_sets(tasks, base_hp, features_dir, vocab_file, do_train, do_eva
         check = {}
         if do_train:
             check["max_train_examples"] = hp.max_train_examples
-            if get_task(task).unordered_pair:
+            if task not in QA_TASKS and get_task(task).unordered_pair:
                 check["double_unordered"] = hp.double_unordered
+        if task in QA_TASKS:
+            check.update(doc_stride=hp.doc_stride, max_query_length=hp.max_query_length)
         feature_files.check_compatible(manifest, where, vocab_sha, hp.max_seq_length,
                                        hp.do_lower_case, **check)
-        task_sets[task] = read_glue_features(features_dir, manifest, task, hp, do_train,
-                                             do_eval, do_predict)
+    for task in tasks:   # every manifest check first: they are one line each, these read files
+        hp = base_hp.for_task(task)
+        if task in QA_TASKS:   # the TensorFlow run predicts SQuAD's dev set for do_predict too
+            task_sets[task] = squad_task.read_squad_features(
+                features_dir, manifest, task, hp, do_train, do_eval or do_predict, printer)
+        else:
+            task_sets[task] = read_glue_features(features_dir, manifest, task, hp, do_train,
+                                                 do_eval, do_predict)
     return manifest, task_sets
 
 
 def features_vocab_file(vocab_file, sp_model, init_checkpoint):
-    """The vocabulary the features are checked against: --vocab_file, else the vocab.txt next
-    to the checkpoint, else None (not checked: the features carry their token ids)."""
-    from finetune.encoder_source import find_vocab_file
+    """(vocab_file, sp_model) the features are checked against, at most one of them: --vocab_file
+    or --sp_model, else the vocab.txt (or sentencepiece.model) next to the checkpoint, else
+    neither (not checked: the features carry their token ids)."""
+    from finetune.encoder_source import find_sp_model, find_vocab_file
     if sp_model:
-        raise UsageError("--sp_model with --features_dir: feature files are made from a "
-                         "WordPiece --vocab_file (python -m finetune.features)")
+        if not fileio.isfile(sp_model):
+            raise UsageError(f"{sp_model}: --sp_model not found")
+        return None, sp_model
     if vocab_file or init_checkpoint:
         try:
-            return find_vocab_file(vocab_file, init_checkpoint)
+            return find_vocab_file(vocab_file, init_checkpoint), None
         except UsageError:
             if vocab_file:
                 raise
-    return None
+        return None, find_sp_model(init_checkpoint)
+    return None, None
 
 
 def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vocab_file=None,
@@ -113,9 +123,10 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
     backend = keras_backend(features_dir)
     tokenizer = task_data = task_sets = None
     if features_dir:
-        vocab_file = features_vocab_file(vocab_file, sp_model, init_checkpoint)
-        manifest, task_sets = load_feature_sets(tasks, base_hp, features_dir, vocab_file,
-                                                do_train, do_eval, do_predict)
+        vocab_file, sp_model = features_vocab_file(vocab_file, sp_model, init_checkpoint)
+        manifest, task_sets = load_feature_sets(tasks, base_hp, features_dir,
+                                                sp_model or vocab_file, do_train, do_eval,
+                                                do_predict)
         vocab_size, vocab_name = manifest["vocab_size"], fileio.join(features_dir,
                                                                      "manifest.json")
     else:
@@ -166,8 +177,9 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         for task in tasks:
             hp = base_hp.for_task(task)
             if task in QA_TASKS:
-                squad_task.run_squad_task(task, hp, task_data[task], source, tokenizer,
-                                          model_dir, printer=say)
+                squad_task.run_squad_task(task, hp, task_data and task_data[task], source,
+                                          tokenizer, model_dir, printer=say,
+                                          sets=task_sets and task_sets[task])
                 continue
             sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
                 task_data[task], tokenizer, hp)
@@ -179,12 +191,13 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
 
 
 def run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission):
-    """The GLUE tasks on Keras-on-JAX (finetune/jax_trainer.py): compiled steps shared between
+    """The GLUE and SQuAD tasks on Keras-on-JAX (finetune/jax_trainer.py): compiled steps shared between
     tasks of the same head shape, every trial starting from the checkpoint's weights (or one
     random initialisation, drawn from hp.seed as the TensorFlow run's first trial draws it)."""
     from finetune.encoder_source import check_sequence_length
     from finetune.glue_task import describe_training_set
-    from finetune.jax_trainer import Finetuners, random_encoder_weights, run_glue_task
+    from finetune.jax_trainer import (Finetuners, random_encoder_weights, run_glue_task,
+                                      run_squad_task)
     weights = source.tensors
     if weights is None:
         weights = random_encoder_weights(source.config, base_hp.seed)
@@ -193,6 +206,10 @@ def run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission):
         hp = base_hp.for_task(task)
         check_sequence_length(source, hp.max_seq_length, task)
         sets = task_sets[task]
+        if task in QA_TASKS:
+            run_squad_task(task, hp, source.config, weights, sets, model_dir, finetuners,
+                           log=say)
+            continue
         if sets.train is not None:
             say(describe_training_set(task, hp, sets.train))
         run_glue_task(task, hp, source.config, weights, sets.train, sets.evals, model_dir,

@@ -156,21 +156,22 @@ def load_squad_data(task, hp, data_dir, train_file, predict_file, do_train, do_e
                      dataset_json)
 
 
-def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
-    """Fine-tune (when data has training examples) and evaluate one SQuAD version; returns the
-    per-trial metrics."""
-    from finetune.qa import postprocess, squad_data
-    from finetune.hparams import QA_TASKS
-    from finetune.encoder_source import check_sequence_length
-    from finetune.trainer import train_trials
+class SquadSets:
+    """The windows of one SQuAD task, tokenized here (`tokenize_squad_data`) or read from feature
+    files (`read_squad_features`): `train` the model inputs with labels (None: no training),
+    `evals` None or (examples, SquadFeatures, dataset JSON the metrics are computed on),
+    `predict_file` what the metrics record names."""
 
-    assert task in QA_TASKS
-    version = VERSIONS[task]
-    do_train = data.train_examples is not None
-    check_sequence_length(source, hp.max_seq_length, task)
+    def __init__(self, task, train, evals, predict_file):
+        self.task, self.train, self.evals, self.predict_file = task, train, evals, predict_file
 
-    train_features = None
-    if do_train:
+
+def tokenize_squad_data(task, hp, data, tokenizer, printer=print):
+    """SquadSets of `data` (SquadData): sliding windows of max_seq_length with doc_stride,
+    questions cut to max_query_length."""
+    from finetune.qa import squad_data
+    train = evals = None
+    if data.train_examples is not None:
         examples = data.train_examples
         feats = squad_data.convert_examples_to_features(
             examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
@@ -179,61 +180,131 @@ def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print):
             from finetune.qa.squad_eval import SquadFormatError
             raise SquadFormatError(f"{data.train_file}: no training windows (every answer "
                                    f"fell outside the tokenized context?)")
-        train_features = feats.model_inputs(with_labels=True)
+        train = feats.model_inputs(with_labels=True)
         printer(f"{task}: {len(examples)} training questions -> {len(feats)} windows "
                 f"({data.train_file})")
-    eval_data = None
     if data.eval_examples is not None:
         examples = data.eval_examples
         feats = squad_data.convert_examples_to_features(
             examples, tokenizer, hp.max_seq_length, hp.doc_stride, hp.max_query_length,
             is_training=False)
-        eval_data = (examples, feats, data.dataset_json)
+        evals = (examples, feats, data.dataset_json)
         printer(f"{task}: {len(examples)} evaluation questions -> {len(feats)} windows "
                 f"({data.predict_file})")
-    predict_file = data.predict_file
+    return SquadSets(task, train, evals, data.predict_file)
+
+
+def read_squad_features(features_dir, manifest, task, hp, do_train, do_eval, printer=print):
+    """SquadSets of `task` from `python -m finetune.features` files (finetune/feature_files.py),
+    the dev questions cut to hp.max_eval_examples as `load_squad_data` cuts them (their windows
+    are the first ones: windows follow their questions). Needs no TensorFlow."""
+    from finetune import feature_files
+    from finetune.qa import squad_data
+    where = feature_files.manifest_path(features_dir)
+    train = evals = predict_file = None
+    if do_train:
+        feats, _ = feature_files.load_squad_split(features_dir, task, "train", manifest)
+        if not len(feats):
+            raise feature_files.FeatureFileError(f"{where}: no {task} training windows")
+        train = feats.model_inputs(with_labels=True)
+        printer(f"{task}: {len(feats)} training windows ({features_dir})")
+    if do_eval:
+        feats, dataset = feature_files.load_squad_split(features_dir, task, "dev", manifest,
+                                                        with_dataset=True)
+        entry = manifest["files"][feature_files.file_key(task, "dev")]
+        path = fileio.join(features_dir, entry["file"])
+        examples = squad_data.read_squad_examples(dataset, is_training=False)
+        if len(feats) and int(feats.example_index.max()) >= len(examples):
+            raise feature_files.FeatureFileError(
+                f"{path}: windows point at question {int(feats.example_index.max())} of "
+                f"{len(examples)}")
+        if hp.max_eval_examples:
+            examples = examples[:hp.max_eval_examples]
+            feats = feats.select(feats.example_index < len(examples))
+            dataset = _subset_dataset(dataset, {e.qas_id for e in examples})
+        if not examples:
+            raise feature_files.FeatureFileError(f"{path}: no questions to evaluate")
+        evals = (examples, feats, dataset)
+        predict_file = path
+        printer(f"{task}: {len(examples)} evaluation questions -> {len(feats)} windows "
+                f"({path})")
+    return SquadSets(task, train, evals, predict_file)
+
+
+def write_trial_results(task, hp, sets, results, model_dir, trial, steps, printer=print):
+    """One trial's head outputs on the dev windows -> `results/<task>[_trial<k>]_predictions.json`,
+    `_nbest_predictions.json`, for v2.0 `_null_odds.json` and `_leaderboard_predictions.json`,
+    and `_metrics.json` (official EM/F1); returns the numeric metrics. Both backends write
+    through here."""
+    from finetune.qa import postprocess
+    version = VERSIONS[task]
+    examples, feats, dataset_json = sets.evals
+    results_dir = fileio.join(model_dir, "results")
+    prefix = f"{task}{trial.suffix}_"
+    paths = postprocess.write_predictions(
+        examples, feats, results, results_dir, version_2_with_negative=version == "2.0",
+        n_best_size=hp.n_best_size, max_answer_length=hp.max_answer_length,
+        null_threshold=hp.qa_na_threshold, prefix=prefix)
+    predictions = json.loads(fileio.read_text(paths["predictions"]))
+    null_odds = None
+    if "null_odds" in paths:
+        null_odds = json.loads(fileio.read_text(paths["null_odds"]))
+    metrics = evaluate(version, dataset_json, predictions, null_odds, hp.qa_na_threshold)
+    record = {"task": task, "version": version, "trial": trial.record_number(hp.num_trials),
+              "num_questions": len(examples), "num_windows": len(feats),
+              "predict_file": sets.predict_file, "train_steps": steps, "metrics": metrics}
+    metrics_path = fileio.join(results_dir, f"{prefix}metrics.json")
+    postprocess.write_json_atomic(record, metrics_path)
+    main = ("exact_match", "f1") if version == "1.1" else ("exact", "f1")
+    printer(f"{trial.label}: dev " + ", ".join(f"{k} {metrics[k]:.2f}" for k in main)
+            + f" ({len(examples)} questions) -> {', '.join(sorted(paths.values()))}, "
+              f"{metrics_path}")
+    return _numeric(metrics)
+
+
+def write_summary(task, hp, all_metrics, model_dir, printer=print):
+    """With several trials: `results/<task>_summary.json` (median, mean ± std per metric)."""
+    if hp.num_trials <= 1 or not all_metrics:
+        return
+    from finetune.glue.leaderboard import summarize_trials
+    from finetune.qa import postprocess
+    keys = set.intersection(*(set(m) for m in all_metrics))
+    summary = summarize_trials([{k: m[k] for k in sorted(keys)} for m in all_metrics])
+    postprocess.write_json_atomic({"task": task, "summary": summary},
+                                  fileio.join(model_dir, "results", f"{task}_summary.json"))
+    printer(f"{task} " + ", ".join(
+        f"{k} {summary[k]['median']:.2f} (median of {summary[k]['n']}; mean "
+        f"{summary[k]['mean']:.2f} ± {summary[k]['std']:.2f})"
+        for k in (("exact_match", "f1") if VERSIONS[task] == "1.1" else ("exact", "f1"))
+        if k in summary))
+
+
+def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print, sets=None):
+    """Fine-tune (when there are training examples) and evaluate one SQuAD version on
+    TensorFlow; returns the per-trial metrics. `sets` (SquadSets, from feature files) replaces
+    tokenizing `data`."""
+    from finetune.hparams import QA_TASKS
+    from finetune.encoder_source import check_sequence_length
+    from finetune.trainer import train_trials
+
+    assert task in QA_TASKS
+    version = VERSIONS[task]
+    check_sequence_length(source, hp.max_seq_length, task)
+    if sets is None:
+        sets = tokenize_squad_data(task, hp, data, tokenizer, printer)
 
     forward, loss, output_keys = model_fns(hp, version)
-    results_dir = fileio.join(model_dir, "results")
     all_metrics = []
     for trial, trainer, steps in train_trials(
             hp, task, model_dir, source, lambda config: make_head(hp, config, version), forward,
-            loss, train_features, printer=printer):
-        if eval_data is None:
+            loss, sets.train, printer=printer):
+        if sets.evals is None:
             continue
-        examples, feats, dataset_json = eval_data
-        results = trainer.predict(feats.model_inputs(with_labels=False), output_keys,
+        results = trainer.predict(sets.evals[1].model_inputs(with_labels=False), output_keys,
                                   batch_size=hp.predict_batch_size)
-        prefix = f"{task}{trial.suffix}_"
-        paths = postprocess.write_predictions(
-            examples, feats, results, results_dir, version_2_with_negative=version == "2.0",
-            n_best_size=hp.n_best_size, max_answer_length=hp.max_answer_length,
-            null_threshold=hp.qa_na_threshold, prefix=prefix)
-        predictions = json.loads(fileio.read_text(paths["predictions"]))
-        null_odds = None
-        if "null_odds" in paths:
-            null_odds = json.loads(fileio.read_text(paths["null_odds"]))
-        metrics = evaluate(version, dataset_json, predictions, null_odds, hp.qa_na_threshold)
-        record = {"task": task, "version": version, "trial": trial.record_number(hp.num_trials),
-                  "num_questions": len(examples), "num_windows": len(feats),
-                  "predict_file": predict_file, "train_steps": steps, "metrics": metrics}
-        metrics_path = fileio.join(results_dir, f"{prefix}metrics.json")
-        postprocess.write_json_atomic(record, metrics_path)
-        all_metrics.append(_numeric(metrics))
-        trainer.write_scalars(f"dev_{task}", _numeric(metrics), steps)
-        main = ("exact_match", "f1") if version == "1.1" else ("exact", "f1")
-        printer(f"{trial.label}: dev " + ", ".join(f"{k} {metrics[k]:.2f}" for k in main)
-                + f" ({len(examples)} questions) -> {', '.join(sorted(paths.values()))}, "
-                  f"{metrics_path}")
-    if hp.num_trials > 1 and all_metrics:
-        from finetune.glue.leaderboard import summarize_trials
-        keys = set.intersection(*(set(m) for m in all_metrics))
-        summary = summarize_trials([{k: m[k] for k in sorted(keys)} for m in all_metrics])
-        postprocess.write_json_atomic({"task": task, "summary": summary},
-                                      fileio.join(results_dir, f"{task}_summary.json"))
-        printer(f"{task} " + ", ".join(
-            f"{k} {summary[k]['median']:.2f} (median of {summary[k]['n']}; mean "
-            f"{summary[k]['mean']:.2f} ± {summary[k]['std']:.2f})"
-            for k in (("exact_match", "f1") if version == "1.1" else ("exact", "f1"))
-            if k in summary))
+        metrics = write_trial_results(task, hp, sets, results, model_dir, trial, steps,
+                                      printer)
+        all_metrics.append(metrics)
+        trainer.write_scalars(f"dev_{task}", metrics, steps)
+    write_summary(task, hp, all_metrics, model_dir, printer)
     return all_metrics

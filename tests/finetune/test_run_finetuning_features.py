@@ -289,8 +289,9 @@ BAD_INPUTS = {   # name: (extra flags, what the one error line says)
                        "asks for false"),
     "task not in the manifest": (["--task_names", "mrpc,rte"],
                                  "manifest.json: no features for rte train; the manifest has: "),
-    "squad": (["--task_names", "squad"], "SQuAD from --features_dir (and so on JAX) is not "
-                                         "supported yet"),
+    "squad not in the manifest": (["--task_names", "squad"],
+                                  "manifest.json: no features for squad train; the manifest "
+                                  "has: "),
     "mixed_float16": (["--precision", "mixed_float16"],
                       "precision mixed_float16 (loss scaling) is TensorFlow-only"),
     "batch the devices do not divide": (["--num_cpu_devices", 2, "--train_batch_size", 3],
