@@ -221,6 +221,28 @@ def _finetune_squad(d, a, train_text, *extra):
         "--max_train_steps=1", "--max_seq_length=64", *extra]
 
 
+def _squad_features(d, a, doc_stride=32):
+    """<d>/features: SQuAD 1.1 train + dev windows (python -m finetune.features, in process) at
+    64 tokens with `doc_stride`, from the good _squad() file and the tiny vocab."""
+    from finetune.features import make_feature_files
+    from finetune.hparams import load_hparams
+    data = d / "squad_data"
+    for split in ("train", "dev"):
+        _write(data / "squad" / f"{split}-v1.1.json", _squad())
+    hp = load_hparams(None, max_seq_length=64, doc_stride=doc_stride,
+                      max_query_length=16).for_task("squadv1")
+    make_feature_files(["squadv1"], ["train", "dev"], str(data), str(a["vocab"]),
+                       str(d / "features"), hp, printer=lambda *_: None)
+    return d / "features"
+
+
+def _finetune_squad_features(d, a, *extra):
+    return _script("run_finetuning.py") + [
+        "--task_names=squadv1", f"--features_dir={_squad_features(d, a)}",
+        f"--model_dir={d / 'out' / 'ft'}", "--model_size=small", "--max_train_steps=1",
+        '--hparams={"doc_stride": 32, "max_query_length": 16}', *extra]
+
+
 def _lm(d, a, *extra, train=None):
     train = train or _write(d / "text" / "train.txt", " ".join(WORDS * 20) + "\n")
     return _script("run_lm.py") + [
@@ -382,6 +404,13 @@ CASES = [
     _c("squad_answer_outside_context", lambda d, a: _finetune_squad(
         d, a, _squad(answer="not in the text", start=500)),
        lambda d, a: [str(d / "squad" / "train.json"), "answer"]),
+    _c("squad_features_other_vocab_finetune", lambda d, a: _finetune_squad_features(
+        d, a, f"--vocab_file={_write(d / 'other_vocab.txt', chr(10).join(SPECIAL + ['hello']))}"),
+       lambda d, a: [str(d / "features" / "manifest.json"), "another vocabulary"]),
+    _c("squad_features_other_doc_stride_finetune", lambda d, a: _finetune_squad_features(
+        d, a, '--hparams={"doc_stride": 64, "max_query_length": 16}'),
+       lambda d, a: [str(d / "features" / "manifest.json"), "doc_stride 32",
+                     "this run asks for 64"]),
     # ---- checkpoints --------------------------------------------------------------------------
     _c("checkpoint_other_size_convert", lambda d, a: _convert(d, a["ckpt"], "--config=small"),
        lambda d, a: [str(a["ckpt"]), "another size"]),
