@@ -33,14 +33,14 @@ From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow
     KERAS_BACKEND=jax python run_finetuning.py --features_dir=features --task_names=mrpc,sts \\
         --init_checkpoint=NATIVE_OR_HF_DIR --model_dir=out/glue_jax [--do_predict]
 
---features_dir replaces --data_dir for GLUE tasks (no tokenization; the manifest's vocabulary
-sha256, max_seq_length and casing must match the run's; without --max_seq_length the run takes
-the manifest's) and writes the same results files. On
-JAX: GLUE only (no SQuAD), native or Hugging Face checkpoints (convert an official TF1 one
-first), precision fp32 or bf16, every local device (--distribution=one_device: the first;
+--features_dir replaces --data_dir for GLUE and SQuAD tasks (no tokenization; the manifest's
+vocabulary sha256, max_seq_length and casing, for SQuAD doc_stride and max_query_length, must
+match the run's; without --max_seq_length the run takes the manifest's) and writes the same
+results files (`python -m finetune.features --task_names=squadv1,squad ...` makes SQuAD's). On
+JAX: native, Hugging Face or TF1 checkpoints, precision fp32 or bf16, every local device (--distribution=one_device: the first;
 --num_cpu_devices=N splits the CPU); --data_dir, if also given, only checks the
 leaderboard files against the GLUE test sets. What a JAX run writes is what a TensorFlow run
-writes for GLUE: results/ (the same files), the same TensorBoard scalars under tensorboard/
+writes for GLUE and SQuAD: results/ (the same files), the same TensorBoard scalars under tensorboard/
 (written without TensorFlow), finetune_hparams.json, and with save_finetuned_model the
 encoder + head under finetuned/.
 """
@@ -77,8 +77,9 @@ _flags = _Flags()
 
 _flags.DEFINE_string("data_dir", None, "GLUE data dir (<data_dir>/<TASK>/{train,dev,test}.tsv); "
                     "SQuAD files are looked up in <data_dir>/squad/ (or <data_dir>/).")
-_flags.DEFINE_string("features_dir", None, "GLUE features from python -m finetune.features "
-                    "(<task>_<split>.npz + manifest.json) instead of --data_dir TSVs: no "
+_flags.DEFINE_string("features_dir", None, "GLUE / SQuAD features from python -m "
+                    "finetune.features (<task>_<split>.npz + manifest.json) instead of "
+                    "--data_dir TSVs / SQuAD JSON: no "
                     "tokenization; the only input on KERAS_BACKEND=jax (TensorFlow never "
                     "imported). With --do_predict it needs the test splits.")
 _flags.DEFINE_string("task_names", None, "Comma list: cola,sst,mrpc,sts,qqp,mnli,qnli,rte,wnli,"

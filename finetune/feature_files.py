@@ -1,6 +1,6 @@
-"""Tokenized GLUE features on disk, readable without TensorFlow.
+"""Tokenized GLUE and SQuAD features on disk, readable without TensorFlow.
 
-`python -m finetune.features ... --output_dir DIR` (finetune/features.py) tokenizes GLUE splits
+`python -m finetune.features ... --output_dir DIR` (finetune/features.py) tokenizes the splits
 once and writes them here; a fine-tuning process then reads the arrays back with numpy alone
 (the JAX path, where `import tensorflow` fails). Layout of DIR:
 

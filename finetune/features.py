@@ -9,8 +9,8 @@ parity with the reference implementations) depend on the fixed length.
 Tokenization goes through the toolkit tokenizer (`data.tokenization.Tokenizer`): any object with
 `.tokenize(list_of_texts) -> list[list[int]]` and `.cls_id`, `.sep_id`, `.pad_id` works.
 
-`python -m finetune.features --task_names ... --output_dir DIR` writes these features to files
-once (finetune/feature_files.py reads them back without TensorFlow); see `CLI_USAGE` below.
+`python -m finetune.features --task_names ... --output_dir DIR` writes these features (and
+SQuAD's windows, finetune/qa/squad_data.py) to files once (finetune/feature_files.py reads them back without TensorFlow); see `CLI_USAGE` below.
 """
 from __future__ import annotations
 

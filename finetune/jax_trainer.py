@@ -1,4 +1,6 @@
-"""GLUE fine-tuning on Keras-on-JAX, without TensorFlow: the GPU box's and a JAX TPU VM's path.
+"""GLUE and SQuAD fine-tuning on Keras-on-JAX, without TensorFlow: the GPU box's and a JAX TPU
+VM's path. SQuAD: `JaxQAFinetuner` (the TensorFlow run's ElectraQAHead and qa_loss, the same
+core) and `run_squad_task` (windows from feature files -> finetune/squad_task.py's results).
 
     finetuner = JaxFinetuner(encoder_config, "mrpc", hp)         # builds, compiles once
     finetuner.start(encoder_weights, seed=1)                     # a trial: weights, fresh head

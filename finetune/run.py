@@ -1,16 +1,16 @@
 """One fine-tuning run over several tasks: what run_finetuning.py calls once its flags are read.
 
     run_tasks(tasks, base_hp, model_dir, data_dir=..., init_checkpoint=..., vocab_file=...)
-    run_tasks(tasks, base_hp, model_dir, features_dir=...)   # tokenized GLUE features
+    run_tasks(tasks, base_hp, model_dir, features_dir=...)   # tokenized GLUE / SQuAD features
 
 Every input file of every task is read and checked before any model is built (a bad row stops
 the run with the file and line before minutes of training); then each task trains its trials
 (finetune/glue_task.py, finetune/squad_task.py) from the same encoder source.
 
 With `features_dir` (`python -m finetune.features` output, finetune/feature_files.py) the GLUE
-tasks read their train / dev / test arrays from there, checked against the run (vocabulary sha256,
-max_seq_length, casing, and for training double_unordered and max_train_examples), and nothing is
-tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
+tasks read their train / dev / test arrays from there, SQuAD its windows and dev JSON, checked
+against the run (vocabulary sha256, max_seq_length, casing, for training double_unordered and
+max_train_examples, for SQuAD doc_stride and max_query_length), and nothing is tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
 trains with finetune/jax_trainer.py and never imports TensorFlow, on every local device
 (`keras.distribution.DataParallel`; `num_devices`: training/jax_core.py `jax_num_devices` of the
 driver's --distribution flags); the TensorFlow backend takes it too. Both write the same results
@@ -33,7 +33,7 @@ def keras_backend(features_dir=None):
     if backend == "jax" and not features_dir:
         raise UsageError("run_finetuning.py needs the TensorFlow Keras backend (tf.data + "
                          "tf.function) to read --data_dir; on KERAS_BACKEND='jax' give "
-                         "--features_dir (GLUE features made with python -m finetune.features)")
+                         "--features_dir (features made with python -m finetune.features)")
     if backend not in ("tensorflow", "jax"):
         raise UsageError(f"run_finetuning.py needs the TensorFlow Keras backend (or JAX with "
                          f"--features_dir); KERAS_BACKEND is {backend!r}")

@@ -10,6 +10,11 @@
   `qa_na_threshold`, plus best_exact/best_f1). With several trials the files get `_trial<k>`
   after the task name and `<task>_summary.json` has median and mean ± std per metric.
 
+The windows come from tokenizing the JSON here (`tokenize_squad_data`) or from feature files
+(`read_squad_features`, `python -m finetune.features`); TensorFlow trains them in
+`run_squad_task`, JAX in finetune/jax_trainer.py `run_squad_task`, and both write their results
+through `write_trial_results` / `write_summary`.
+
 Task names: "squad" = SQuAD 2.0 (ELECTRA's name), "squadv1" = SQuAD 1.1.
 """
 from __future__ import annotations
