@@ -44,11 +44,18 @@ agreement of each side's bf16 output with its own fp32 output on the same weight
 HF's, is printed per shape (interleaved way: max abs error and relative error ||a-b|| / ||b|| of
 the final hidden states).
 
-`os.getloadavg()` is recorded before and after every row; a ratio whose 1-minute load before the
-row is above 1.0 does not count (the machine has 2 shared cores; the load after includes the
-benchmark's own threads). `--json_out` writes one JSON object: {"rows": [{shape, call, way,
-precision, ours_ms, hf_ms, ratio, threads, loadavg_before, loadavg_after, date}, ...],
-"agreement": [...], "command", "machine", "versions", ...}.
+Load: `os.getloadavg()` is recorded at the start and end and before and after every row. The
+1-minute average includes this benchmark's own threads (about 2 once it has run a minute), so a
+row's own load-before is not a verdict on other jobs. Each row therefore also measures the CPU
+that *other* processes used while it was timed: the machine's busy time (/proc/stat, steal
+included) minus this process's own (getrusage), per second of wall time, in cores. A ratio counts
+(no `*`) when the 1-minute load at the start of the command is <= 1.0 and other processes used
+<= 0.2 cores during its row.
+
+`--json_out` writes one JSON object: {"rows": [{shape, call, way, precision, ours_ms, hf_ms, ratio,
+threads, loadavg_before, loadavg_after, date}, ...], "others_cpu": [{shape, call, way, cores}, ...]
+(the row's other-process CPU, in the rows' order), "counts": [...] (each row's verdict, in the
+rows' order), "agreement": [...], "command", "machine", "versions", ...}.
 """
 import argparse
 import datetime
@@ -70,7 +77,8 @@ from benchmarks import common  # noqa: E402
 CALLS = ("tf_function", "predict_on_batch", "saved_model", "jax")
 TF_CALLS = ("tf_function", "predict_on_batch", "saved_model")
 WAYS = ("interleaved", "processes")
-LOAD_LIMIT = 1.0
+LOAD_LIMIT = 1.0       # 1-minute load at the start of the command
+OTHERS_LIMIT = 0.2     # cores used by other processes during a row
 TARGET = 0.5
 # Variables that change how a library runs (threads, spin-waiting, oneDNN, XLA): printed as found.
 ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_", "TF_", "XLA_", "JAX_",
@@ -94,6 +102,33 @@ def parse_shapes(text):
 
 def loadavg():
     return [round(v, 2) for v in os.getloadavg()]
+
+
+class OthersMeter:
+    """CPU used by processes other than this one between start() and cores() (Linux)."""
+
+    def __init__(self):
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample():
+        import resource
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except OSError:
+            return None
+        # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return time.perf_counter(), busy, own.ru_utime + own.ru_stime
+
+    def cores(self):
+        end = self._sample()
+        if end is None or self._start is None:
+            return None
+        (t0, busy0, own0), (t1, busy1, own1) = self._start, end
+        return round(max(0.0, (busy1 - busy0) - (own1 - own0)) / max(t1 - t0, 1e-9), 3)
 
 
 def now():
@@ -301,7 +336,7 @@ def child_interleaved(spec):
     thread_text = {"ours": ours_threads(backend, True), "hf": hf_threads()}
     print(f"# child ({backend}, interleaved, {loaded()} loaded): {thread_text['ours']}; {thread_text['hf']}; "
           f"env {env_settings() or 'none'}", flush=True)
-    rows, agree = [], []
+    rows, agree, others_cpu = [], [], []
     with tempfile.TemporaryDirectory() as tmpdir:
         ours = OurCalls(timed, cfg, tmpdir)
         ours_fp32 = ours if timed is fp32 else OurCalls(fp32, cfg, tmpdir)
@@ -328,8 +363,9 @@ def child_interleaved(spec):
                 agree.append({"shape": shape, "what": f"{tag} vs HF {spec['precision']}",
                               **agreement(out, hf_low if spec["precision"] == "bf16" else hf_fp32)})
             before = loadavg()
+            meter = OthersMeter()
             times = common.interleaved(runners, rounds=spec["rounds"], warmup=spec["warmup"])
-            after = loadavg()
+            others, after = meter.cores(), loadavg()
             for c in spec["calls"]:
                 rows.append({"shape": shape, "call": c, "way": "interleaved",
                              "precision": spec["precision"],
@@ -338,8 +374,10 @@ def child_interleaved(spec):
                              "ratio": common.ratio_of_medians(times, c, "hf"),
                              "threads": thread_text, "loadavg_before": before,
                              "loadavg_after": after, "date": now()})
-                print_row(rows[-1])
-    return {"rows": rows, "agreement": agree, "env": env_settings()}
+                others_cpu.append({"shape": shape, "call": c, "way": "interleaved",
+                                   "cores": others})
+                print_row(rows[-1], others, spec["load_start"])
+    return {"rows": rows, "others_cpu": others_cpu, "agreement": agree, "env": env_settings()}
 
 
 def child_alone(spec):
@@ -365,8 +403,10 @@ def child_alone(spec):
             ids = inputs_for(vocab_size, b, s)
             run = hf_runner(model, ids, spec["precision"]) if call == "hf" else model.runner(call, ids)
             before = loadavg()
+            meter = OthersMeter()
             times = common.interleaved({call: run}, rounds=spec["rounds"], warmup=spec["warmup"])
             out["shapes"][f"{b}x{s}"] = {"ms": 1e3 * common.median(times[call]),
+                                         "others_cpu": meter.cores(),
                                          "loadavg_before": before, "loadavg_after": loadavg(),
                                          "date": now()}
     return out
@@ -395,14 +435,19 @@ def run_child(spec, env):
 
 # --------------------------------------------------------------------------------- parent
 HEAD = (f"{'shape':>6} {'call':16} {'way':11} {'prec':4} {'ours ms':>9} {'HF ms':>9} "
-        f"{'ours/HF':>8} {'<=0.5':5} load before -> after")
+        f"{'ours/HF':>8} {'<=0.5':5} {'others':>6}  1-min load before -> after")
 
 
-def print_row(r):
-    counts = r["loadavg_before"][0] <= LOAD_LIMIT
-    ok = ("yes" if r["ratio"] <= TARGET else "no") + ("" if counts else "*")
+def counts(others, load_start):
+    """A row's ratio counts: a quiet start and other processes idle while it ran."""
+    return load_start <= LOAD_LIMIT and others is not None and others <= OTHERS_LIMIT
+
+
+def print_row(r, others, load_start):
+    ok = ("yes" if r["ratio"] <= TARGET else "no") + ("" if counts(others, load_start) else "*")
+    shown = "?" if others is None else f"{others:.2f}"
     print(f"{r['shape']:>6} {r['call']:16} {r['way']:11} {r['precision']:4} {r['ours_ms']:9.1f} "
-          f"{r['hf_ms']:9.1f} {r['ratio']:8.3f} {ok:5} {r['loadavg_before'][0]:.2f} -> "
+          f"{r['hf_ms']:9.1f} {r['ratio']:8.3f} {ok:5} {shown:>6}  {r['loadavg_before'][0]:.2f} -> "
           f"{r['loadavg_after'][0]:.2f}", flush=True)
 
 
@@ -451,7 +496,8 @@ def main(argv=None):
           f"{env_settings(USER_ENV) or 'no thread/OMP/TF/XLA variables'}")
     load_start = loadavg()
     print(f"# load average (1, 5, 15 min) before: {load_start}; a ratio counts when the 1-minute "
-          f"load before its row is <= {LOAD_LIMIT} (* = does not count)", flush=True)
+          f"load at the start is <= {LOAD_LIMIT} and other processes used <= {OTHERS_LIMIT} cores "
+          f"during its row ('others'; * = does not count)", flush=True)
     # The parent only reads the config (Keras on its NumPy backend: no TensorFlow here); the
     # children time. HF's child gets HF's config and imports neither Keras nor TensorFlow.
     os.environ["KERAS_BACKEND"] = "numpy"
@@ -465,12 +511,13 @@ def main(argv=None):
     if too_long:
         raise SystemExit(f"error: --shapes {too_long}: longer than the model's "
                          f"{hf_config['max_position_embeddings']} positions")
-    base = {"shapes": shapes, "hf_config": hf_config, "rounds": args.rounds, "warmup": args.warmup, "size": args.size,
+    base = {"shapes": shapes, "hf_config": hf_config, "load_start": load_start[0],
+            "rounds": args.rounds, "warmup": args.warmup, "size": args.size,
             "precision": args.precision, "bf16_policy": args.bf16_policy,
             "impl": args.conv_implementation}
     backends = [("tensorflow", [c for c in calls if c in TF_CALLS]),
                 ("jax", [c for c in calls if c == "jax"])]
-    rows, agree, children = [], [], []
+    rows, agree, children, others_cpu = [], [], [], []
     print(HEAD, flush=True)
     if "interleaved" in ways:
         env = dict(USER_ENV)
@@ -483,6 +530,7 @@ def main(argv=None):
             result = run_child(dict(base, role="interleaved", backend=backend, calls=group,
                                     threads=args.threads), dict(env, KERAS_BACKEND=backend))
             rows += result["rows"]
+            others_cpu += result["others_cpu"]
             agree += [dict(a, backend=backend) for a in result["agreement"]]
             children.append({"way": "interleaved", "backend": backend, "env": result["env"]})
     if "processes" in ways:
@@ -503,7 +551,12 @@ def main(argv=None):
                              "threads": {"ours": ours["threads"], "hf": hf["threads"]},
                              "loadavg_before": o["loadavg_before"],
                              "loadavg_after": o["loadavg_after"], "date": o["date"]})
-                print_row(rows[-1])
+                # both processes' rows: the larger of the two
+                both = [v for v in (o["others_cpu"], h["others_cpu"]) if v is not None]
+                others = max(both) if len(both) == 2 else None
+                others_cpu.append({"shape": shape, "call": call, "way": "processes",
+                                   "cores": others})
+                print_row(rows[-1], others, load_start[0])
     load_end = loadavg()
     print(f"# load average (1, 5, 15 min) after: {load_end}")
     if agree:
@@ -526,7 +579,9 @@ def main(argv=None):
                   "rounds": args.rounds, "warmup": args.warmup, "load_limit": LOAD_LIMIT,
                   "target": TARGET, "loadavg_start": load_start, "loadavg_end": load_end,
                   "env_at_start": env_settings(USER_ENV), "children": children,
-                  "versions": versions, "rows": rows, "agreement": agree}
+                  "versions": versions, "rows": rows, "others_cpu": others_cpu,
+                  "counts": [counts(o["cores"], load_start[0]) for o in others_cpu],
+                  "others_limit": OTHERS_LIMIT, "agreement": agree}
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")

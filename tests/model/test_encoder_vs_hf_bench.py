@@ -31,6 +31,9 @@ def run_bench(tmp_path, *flags):
         assert row["shape"] == "2x16" and row["ours_ms"] > 0 and row["hf_ms"] > 0
         assert len(row["loadavg_before"]) == 3 and len(row["loadavg_after"]) == 3
         assert set(row["threads"]) == {"ours", "hf"} and "torch:" in row["threads"]["hf"]
+    assert [(o["shape"], o["call"], o["way"]) for o in result["others_cpu"]] == [
+        (r["shape"], r["call"], r["way"]) for r in result["rows"]]
+    assert len(result["counts"]) == len(result["rows"])
     assert "load average (1, 5, 15 min) before" in proc.stdout
     assert "load average (1, 5, 15 min) after" in proc.stdout
     return result, proc.stdout
