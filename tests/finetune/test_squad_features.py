@@ -8,6 +8,7 @@ tests/finetune/test_jax_finetune.py.
 The data: each official dev set split by article (the first one trains, the second is evaluated),
 at 64 tokens, doc stride 32, questions cut to 16 tokens; a tiny random encoder, 3 steps.
 """
+import importlib.util
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from tests.conftest import REPO_ROOT, shared_path
 from tests.finetune.test_run_finetuning_features import (TINY_MODEL, error_lines, explain,
                                                          files_under, finish, run_driver,
-                                                         start_driver)
+                                                         start_driver, tensorboard_scalars)
 
 MAX_LEN = 64
 QA = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8, "predict_batch_size": 32,
@@ -124,6 +125,11 @@ def test_jax_squad_writes_what_tensorflow_writes(both_runs, squad_dir):
     assert "; JAX)" in jax_proc.stdout   # the JAX trainer's progress lines
     assert files_under(tf_dir / "results") == files_under(jax_dir / "results")
     assert sorted(p.name for p in (jax_dir / "tensorboard").iterdir()) == sorted(TASKS)
+    if importlib.util.find_spec("tensorboard"):   # the same tags at the same steps
+        jax_runs = tensorboard_scalars(jax_dir / "tensorboard")
+        assert jax_runs == tensorboard_scalars(tf_dir / "tensorboard")
+        assert jax_runs["squad"]["train/loss"] == [1, 2, 3]
+        assert jax_runs["squad"]["dev_squad/best_f1"] == [3]
     for task, version in TASKS.items():
         assert f"{task}: step 3/3 (100.0%)" in jax_proc.stdout
         records = [json.loads((d / "results" / f"{task}_metrics.json").read_text())
