@@ -193,12 +193,19 @@ def run(argv=None):
         from training.jax_core import jax_num_devices   # every local device by default
         kwargs["num_devices"] = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                                 FLAGS.gcp_project, FLAGS.num_cpu_devices)
+        if FLAGS.distribution == "multi_worker" or FLAGS.coordinator_address is not None:
+            # Evaluation and prediction gather every process's rows: not written yet.
+            raise UsageError("several processes on JAX are for pre-training so far; fine-tune "
+                             "on one host's devices (--distribution=mirrored)")
         from training.compile_cache import enable_compile_cache
         enable_compile_cache(FLAGS.jax_cache_dir, log=say)     # before the first compile
         run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
         return 0
     if FLAGS.jax_cache_dir is not None:
         raise UsageError("--jax_cache_dir is for KERAS_BACKEND=jax")
+    from training.flags import jax_only_flags_error
+    if jax_only_flags_error(FLAGS):
+        raise UsageError(jax_only_flags_error(FLAGS))
     from training.distribution import make_strategy
     # Before TensorFlow creates a tensor: logical devices and the TPU system are fixed at start-up.
     strategy = make_strategy(FLAGS.distribution, FLAGS.tpu, FLAGS.num_cpu_devices,

@@ -22,6 +22,11 @@ On Keras-on-JAX, without TensorFlow (it is never imported, even where it is inst
     KERAS_BACKEND=jax python run_pretraining.py --model_size=small \\
         --pretrain_tfrecords='shards/*' --vocab_file=vocab.txt --model_dir=runs/small_jax
 
+and on several hosts (JAX's distributed runtime; each host reads its share of the shards, host 0
+writes --model_dir, which every host must see): the same command on each with
+`--coordinator_address=<host 0>:<port> --num_processes=N --process_id=<i>`, or
+`--distribution=multi_worker` alone where JAX finds the cluster (TPU pod slice, SLURM).
+
 What a run writes into --model_dir, per backend:
   TensorFlow: checkpoints/ (tf.train.Checkpoint, the last --keep_checkpoint_max); on JAX:
     jax_checkpoints/ (safetensors, the same number); rerunning resumes from the newest.
@@ -222,6 +227,9 @@ def main(argv):
         return
     if FLAGS.jax_cache_dir is not None:
         exit_with_error(UsageError("--jax_cache_dir is for KERAS_BACKEND=jax"))
+    from training.flags import jax_only_flags_error
+    if jax_only_flags_error(FLAGS):
+        exit_with_error(UsageError(jax_only_flags_error(FLAGS)))
     from absl import logging as absl_logging
     absl_logging.set_verbosity(absl_logging.WARNING)  # TF's per-save INFO lines
     from data.errors import DataError
@@ -258,13 +266,19 @@ def _main_jax():
     from base.fileio import FileIOError
     from pretrain.hparams import HParamsError
     from pretrain.jax_trainer import pretrain_jax
-    from training.jax_core import jax_num_devices
+    from pretrain.task import input_shares
+    from training.jax_core import jax_num_devices, start_processes
     from training.loop import TrainingError
     try:   # the --distribution flags on JAX; --num_cpu_devices before JAX starts
         num_devices = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                       FLAGS.gcp_project, FLAGS.num_cpu_devices)
         vocabulary = {}
         hp, model_dir, files, special_ids = resolve(FLAGS, backend="jax", vocabulary=vocabulary)
+        # Files the processes cannot share evenly: said before waiting for the others.
+        input_shares(hp, files, FLAGS.num_processes or 1)
+        # several processes: joined on JAX's runtime before any JAX computation
+        start_processes(FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
+                        FLAGS.process_id, FLAGS.distributed_timeout, log=log)
         summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log,
                                num_devices=num_devices, **vocabulary)
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,

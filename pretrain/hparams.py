@@ -99,6 +99,11 @@ class PretrainingHParams:
     log_every_n_steps: int = 100
     steps_per_loop: int = 1  # steps per compiled call (ELECTRA's iterations_per_loop; TPU: 200)
     shuffle_buffer: int = 10000
+    # KERAS_BACKEND=jax: the global batch is made of this many equal shares, share i read from
+    # every input_shares-th TFRecord file from the i-th; each process reads its own shares. 0:
+    # one per process (one process: the whole input as one stream). Fix it to keep the stream
+    # (and exact resume) across process counts that divide it.
+    input_shares: int = 0
     export_on_save: bool = True
 
     def to_dict(self):
@@ -237,7 +242,7 @@ def _check_types(hp):
                  "max_position_embeddings",
                  "conv_kernel_size", "head_ratio", "linear_groups", "shuffle_buffer"):
         positive_int(name)
-    for name in ("num_warmup_steps", "lr_schedule_steps"):
+    for name in ("num_warmup_steps", "lr_schedule_steps", "input_shares"):
         v = getattr(hp, name)
         need(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
              f"{name} must be an integer >= 0, got {v!r}")

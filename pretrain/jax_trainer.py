@@ -16,8 +16,14 @@ training/summaries.py without TensorFlow). The input is the task's `host_batches
 shards read by `data/tfrecord_io.py`, no tf.data. On an accelerator set `--steps_per_loop` to
 the log interval (one host read per log line).
 
+Several hosts (processes): the driver's `--distribution=multi_worker` / `--coordinator_address`
+join them on JAX's runtime (training/jax_core.py `start_processes`) before this runs; the
+devices of every process make one DataParallel, each process reads its own share of the TFRecord
+files (hparam `input_shares`, pretrain/task.py `host_batches`) and process 0 alone writes
+`model_dir`.
+
 Precision: fp32 or bf16 (mixed_bfloat16: bf16 compute, fp32 weights). Not here (TensorFlow path
-only): mixed_float16 (loss scaling), multi-host, sequence-length phases.
+only): mixed_float16 (loss scaling), sequence-length phases.
 Embedding gradients are dense on JAX, so the clip norm counts a token seen twice once (the TF
 path keeps IndexedSlices and counts it twice, as the official code): a rounding-level difference
 at clip time.
@@ -28,7 +34,7 @@ import time
 from base import fileio
 from pretrain.hparams import train_settings
 from pretrain.task import PretrainingTask, write_vocabulary
-from training.jax_core import JaxTrainingCore, check_batch_size, use_devices
+from training.jax_core import JaxTrainingCore, check_batch_size, is_writer, use_devices
 from training.loop import TrainingError
 
 CHECKPOINT_DIR = "jax_checkpoints"
@@ -54,18 +60,25 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     (pretrain/task.py write_vocabulary).
     num_devices: how many local devices (None: all; training/jax_core.py `jax_num_devices`
     reads it from the driver's --distribution flags)."""
+    import jax
     import keras
     if keras.backend.backend() != "jax":
         raise TrainingError("pretrain_jax needs KERAS_BACKEND=jax")
     started = time.time()
     replicas = use_devices(num_devices, log)
     check_batch_size(hp.train_batch_size)
-    task, core = pretraining_core(hp, train_files, vocab_size, special_ids, log)
-    fileio.makedirs(model_dir)
-    hp.to_json(os.path.join(model_dir, "hparams.json"))
-    write_vocabulary(model_dir, vocab_file, sp_model)
+    task = PretrainingTask(hp, train_files, vocab_size, special_ids)
+    shares = task.input_shares(jax.process_count())   # files / processes: before any model
+    task, core = pretraining_core(hp, train_files, vocab_size, special_ids, log, task=task)
+    if is_writer():     # process 0 of several writes; the others read the checkpoints
+        fileio.makedirs(model_dir)
+        hp.to_json(os.path.join(model_dir, "hparams.json"))
+        write_vocabulary(model_dir, vocab_file, sp_model)
+    processes = jax.process_count()
     log(f"{hp.model_name}: {hp.model_size} ConvBERT, {core.num_params:,} trainable parameters "
-        f"(discriminator + generator); JAX, {replicas} device(s); batch "
+        f"(discriminator + generator); JAX, {replicas} device(s)"
+        + (f" over {processes} processes" if processes > 1 else "")
+        + (f", the input in {shares} shares" if shares > 1 else "") + "; batch "
         f"{hp.train_batch_size} x {hp.max_seq_length}; precision {hp.precision}; "
         f"{hp.num_train_steps} steps")
     return core.fit_task(

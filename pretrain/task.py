@@ -83,6 +83,27 @@ def write_vocabulary(model_dir, vocab_file=None, sp_model=None):
     return target
 
 
+def input_shares(hp, files, processes=1):
+    """How many shares a JAX run reads the global batch in (hparam input_shares; 0: one per
+    process; `PretrainingTask.host_batches`); a DataError (one line, naming the input) where
+    the files, the batch or the processes do not split evenly into them."""
+    from data.errors import DataError
+    shares = hp.input_shares or processes
+    where = f"--pretrain_tfrecords ({files[0]}{', ...' if len(files) > 1 else ''})"
+    if shares % processes:
+        raise DataError(f"input_shares {shares} is not a multiple of the {processes} processes "
+                        "(each process reads whole shares)")
+    if shares > 1 and len(files) % shares:
+        raise DataError(f"{where}: {len(files)} TFRecord file(s) do not split evenly over "
+                        + (f"{shares} processes" if shares == processes
+                           else f"{shares} input shares")
+                        + f" (each reads its own files): give a multiple of {shares} files")
+    if hp.train_batch_size % shares:
+        raise DataError(f"train_batch_size {hp.train_batch_size} is not divisible by the "
+                        f"{shares} input shares (processes)")
+    return shares
+
+
 class PretrainingTask(Task):
     scalar_prefix = ""   # <model_dir>/train/loss, .../disc_auc, ...
 
@@ -177,15 +198,50 @@ class PretrainingTask(Task):
 
         return ds.enumerate(start=skip_batches).map(add_ids)
 
-    def host_batches(self, skip_batches):
+    # The JAX core hands each of several processes its rows of the global batch through
+    # `host_batches(skip, process=...)`: each reads only its share of the files.
+    reads_process_share = True
+
+    def input_shares(self, processes=1):
+        """How many shares the global batch is read in (`input_shares` below)."""
+        return input_shares(self.hp, self.train_files, processes)
+
+    def host_batches(self, skip_batches, process=None):
         """The JAX core's input: global batches of the same shards read without TensorFlow
         (data/tfrecord_io.py; its own shuffle, so not the tf.data stream's order), with the same
-        `example_id` key."""
+        `example_id` key (the example's position in the global stream). process=(index, count):
+        that process's rows only, from its own shares of the files (`input_shares`): share i
+        holds rows i*B/S .. (i+1)*B/S - 1 of every global batch, read from files[i::S], so the
+        stream is the same for any number of processes dividing S, and resume is exact."""
         from data.tfrecord_io import pretraining_batches
         hp = self.hp
-        return pretraining_batches(self.train_files, hp.train_batch_size, hp.max_seq_length,
-                                   seed=hp.seed, shuffle_buffer=hp.shuffle_buffer,
-                                   skip_batches=skip_batches)
+        index, count = process or (0, 1)
+        shares = self.input_shares(count)
+        if shares == 1:
+            return pretraining_batches(self.train_files, hp.train_batch_size, hp.max_seq_length,
+                                       seed=hp.seed, shuffle_buffer=hp.shuffle_buffer,
+                                       skip_batches=skip_batches)
+        per = shares // count
+        return self._shares(skip_batches, range(index * per, (index + 1) * per), shares)
+
+    def _shares(self, skip_batches, share_indices, shares):
+        from data.tfrecord_io import pretraining_batches
+        hp = self.hp
+        rows = hp.train_batch_size // shares
+        streams = [pretraining_batches(self.train_files[i::shares], rows, hp.max_seq_length,
+                                       seed=hp.seed, shuffle_buffer=hp.shuffle_buffer,
+                                       skip_batches=skip_batches) for i in share_indices]
+        offsets = np.concatenate([i * rows + np.arange(rows, dtype=np.int64)
+                                  for i in share_indices])
+        try:
+            for index in range(skip_batches, 2 ** 62):
+                parts = [next(stream) for stream in streams]
+                batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                batch["example_id"] = index * hp.train_batch_size + offsets
+                yield batch
+        finally:
+            for stream in streams:
+                stream.close()
 
     # ------------------------------------------------------------------ one batch
     def loss_denominators(self, batch):

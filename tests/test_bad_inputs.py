@@ -178,6 +178,27 @@ def _pretrain(d, a, shards=None, vocab=None, hparams=None, *extra):
         "--hparams=" + json.dumps(hp), *extra]
 
 
+def _on_jax(argv):
+    """argv run with KERAS_BACKEND=jax (the runner's environment says tensorflow)."""
+    return ["env", "KERAS_BACKEND=jax"] + argv
+
+
+def _two_shards(d, a):
+    """Two copies of the good shard (one for each of two processes): their glob."""
+    data = (a["shards"] / "pretrain_data.tfrecord-0-of-1").read_bytes()
+    for i in range(2):
+        _write(d / "shards" / f"pretrain_data.tfrecord-{i}-of-2", data)
+    return d / "shards" / "pretrain_data.tfrecord*"
+
+
+def _closed_port():
+    """A loopback port nothing listens on (bound, then let go)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 BAD_JSON_LINE3 = '{\n  "learning_rate": 1e-4,\n  "seed": 3,,\n}\n'      # error on line 3
 BAD_JSON_LINE2 = '{\n  "learning_rate" 1e-4\n}\n'                      # error on line 2
 BAD_JSON_LINE3_COMMA = '{\n  "hidden_size": 64\n  "num_hidden_layers": 1\n}\n'   # line 3
@@ -451,6 +472,16 @@ CASES = [
     _c("flags_output_is_file_lm", lambda d, a: _lm(d, a) + [
         f"--model_dir={_write(d / 'out' / 'lm_file', 'an earlier file')}"],
        lambda d, a: [str(d / "out" / "lm_file")]),
+    # Several processes on JAX (training/jax_core.py start_processes; loopback only): the
+    # coordinator's port closed, and one shard for two processes that each read their own.
+    _c("flags_coordinator_no_answer_pretrain", lambda d, a: _on_jax(_pretrain(
+        d, a, _two_shards(d, a), None, None, f"--coordinator_address=127.0.0.1:{_closed_port()}",
+        "--num_processes=2", "--process_id=1", "--distributed_timeout=2")),
+       ["the coordinator 127.0.0.1:", "did not answer within 2s"]),
+    _c("flags_files_fewer_than_processes_pretrain", lambda d, a: _on_jax(_pretrain(
+        d, a, None, None, None, "--coordinator_address=127.0.0.1:1", "--num_processes=2",
+        "--process_id=0")),
+       lambda d, a: [str(a["shards"]), "1 TFRecord file(s) do not split evenly over 2 processes"]),
     # ---- the builders as a Beam pipeline (--runner=DirectRunner) ------------------------------
     _beam_c("corpus_missing_dir_builder_beam", lambda d, a: _builder(d, a, d / "no_corpus"),
             lambda d, a: [str(d / "no_corpus"), "not found"]),

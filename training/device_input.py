@@ -15,7 +15,9 @@ serves: the TF-free TFRecord reader (data/tfrecord_io.py) and the bundle's array
 
 A batch is any pytree of arrays (a dict of features; the language model's one array of token
 blocks). The blocks go to the device with the batch axis (axis 1) split over the devices when a
-Keras `DataParallel` distribution is set, else to the default device. int64 arrays
+Keras `DataParallel` distribution is set, else to the default device; with several processes
+each process's batches are its rows of the global batch (training/jax_core.py
+`process_batches`), put on its own devices as its part of one global array. int64 arrays
 (`example_id`) become int32 unless JAX runs with x64, as jit would convert them.
 """
 import queue
@@ -54,6 +56,16 @@ def block_sharding(batch_axis=1):
     return None
 
 
+def replicated_sharding():
+    """A value every device of a DataParallel holds whole (the step counter), else None."""
+    import keras
+    distribution = keras.distribution.distribution()
+    if isinstance(distribution, keras.distribution.DataParallel):
+        from jax.sharding import NamedSharding, PartitionSpec
+        return NamedSharding(distribution.device_mesh.backend_mesh, PartitionSpec())
+    return None
+
+
 def batch_sharding():
     """Where one batch ([B, ...] leaves: a predict step's) goes: split along B over a
     DataParallel's devices, else None."""
@@ -62,11 +74,15 @@ def batch_sharding():
 
 def to_device(block, sharding=None):
     """A stacked block as device arrays (int64 -> int32 without x64), without waiting for the
-    copy to finish."""
+    copy to finish. Where the sharding spans other processes' devices too (several processes),
+    `block` holds this process's rows only and becomes its part of the global array."""
     import jax
     if not jax.config.jax_enable_x64:
         block = jax.tree_util.tree_map(
             lambda v: v.astype(np.int32) if v.dtype == np.int64 else v, block)
+    if sharding is not None and not sharding.is_fully_addressable:
+        return jax.tree_util.tree_map(
+            lambda v: jax.make_array_from_process_local_data(sharding, v), block)
     return jax.device_put(block, sharding) if sharding is not None else jax.device_put(block)
 
 

@@ -58,8 +58,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from training.loop import (TrainingError, call_sizes, largest_call, run_loop, run_summary)
-from training.state import (restore_safetensors_checkpoint, save_safetensors_checkpoint,
-                            write_json_atomic)
+from training.state import (CHECKPOINT_NAME, restore_safetensors_checkpoint,
+                            save_safetensors_checkpoint, write_json_atomic)
 
 
 class TrainState(NamedTuple):
@@ -78,29 +78,150 @@ def copy_state(state):
     return jax.tree_util.tree_map(jnp.copy, state)
 
 
+def replicated(value, sharding):
+    """`value` (the same on every process) as a global array every device of `sharding` holds
+    whole, from this process's copy: no cross-process check or transfer (device_put makes one)."""
+    import jax
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 def jax_num_devices(distribution=None, tpu=None, tpu_zone=None, gcp_project=None,
                     num_cpu_devices=None):
     """The drivers' strategy flags (training/flags.py) on Keras-on-JAX, where one host's local
     devices are all there is: the `num_devices` of `use_devices` (None: every local device, for
     `mirrored` and by default; 1 for `one_device`). `num_cpu_devices` > 1 splits the CPU into
-    that many devices (XLA's host platform device count), so call it before JAX starts. What
-    only TensorFlow has (multi-worker, TPUStrategy) is a TrainingError of one line."""
+    that many devices (XLA's host platform device count), so call it before JAX starts.
+    multi_worker: every device of every process (`start_processes` joins them). What only
+    TensorFlow has (TPUStrategy, --tpu) is a TrainingError of one line."""
     for flag, value in (("tpu", tpu), ("tpu_zone", tpu_zone), ("gcp_project", gcp_project),
                         ("distribution=tpu", distribution == "tpu")):
         if value:
             raise TrainingError(f"--{flag} is for TensorFlow; on JAX a TPU VM's chips are local "
                                 "devices and every local device is used without it "
                                 "(--distribution=one_device: the first)")
-    if distribution == "multi_worker":
-        raise TrainingError("--distribution=multi_worker is for TensorFlow (several hosts); on "
-                            "JAX: mirrored (every local device, the default) or one_device")
-    if distribution not in (None, "", "mirrored", "one_device"):
-        raise TrainingError(f"unknown --distribution {distribution!r}; on JAX: one_device or "
-                            "mirrored (every local device, the default)")
+    if distribution not in (None, "", "mirrored", "one_device", "multi_worker"):
+        raise TrainingError(f"unknown --distribution {distribution!r}; on JAX: one_device, "
+                            "mirrored (every local device, the default) or multi_worker (several "
+                            "processes: start_processes)")
     if num_cpu_devices and num_cpu_devices > 1:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_"
                                    f"platform_device_count={int(num_cpu_devices)}").strip()
     return 1 if distribution == "one_device" else None
+
+
+DEFAULT_DISTRIBUTED_TIMEOUT = 300   # seconds: every process of a pod slice starting up
+
+
+def start_processes(distribution=None, coordinator_address=None, num_processes=None,
+                    process_id=None, timeout=None, log=print):
+    """Several processes (hosts) on JAX's own runtime: `jax.distributed.initialize` from the
+    flags, or, with --distribution=multi_worker alone, from the environment (JAX's detection:
+    TPU pod slices, SLURM, Open MPI). Call it before any JAX computation (after
+    `jax_num_devices`). Returns (process index, process count); (0, 1) where neither asks for
+    several processes. Then `use_devices` spans every process's devices; each process feeds its
+    rows of the global batch (`process_batches`) and process 0 writes the outputs.
+
+    A coordinator that does not answer, or processes that do not all join within `timeout`
+    seconds: one line `error: ...` on stderr and exit status 1, from a timer of ours (JAX
+    itself aborts the process with a C++ stack trace at its own deadline, set a little later).
+    Flags JAX finds inconsistent (a process_id out of range, no cluster found): TrainingError."""
+    several = (distribution == "multi_worker" or coordinator_address is not None
+               or num_processes is not None or process_id is not None)
+    if not several:
+        return 0, 1
+    if distribution == "one_device":
+        raise TrainingError("--distribution=one_device and several processes "
+                            "(--coordinator_address ...) do not go together")
+    timeout = DEFAULT_DISTRIBUTED_TIMEOUT if timeout is None else int(timeout)
+    if timeout < 1:
+        raise TrainingError(f"--distributed_timeout must be >= 1 second, got {timeout}")
+    import logging
+    import threading
+    import jax
+    # JAX's "Connecting to ..." INFO lines: the driver says where it joined itself.
+    logging.getLogger("jax._src.distributed").setLevel(logging.WARNING)
+    # JAX's CPU client needs an implementation of cross-process collectives; gloo ships with
+    # jaxlib (the default of JAX 0.10; older releases had none by default). GPU and TPU have
+    # their own.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    where = coordinator_address or "the coordinator found in the environment"
+    timer = threading.Timer(timeout, _joining_timed_out,
+                            (coordinator_address, num_processes, process_id, timeout))
+    timer.daemon = True
+    timer.start()
+    try:
+        jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                   initialization_timeout=timeout + 30)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise TrainingError(f"several processes: {str(e).splitlines()[0]} (pass "
+                            "--coordinator_address, --num_processes and --process_id, or run "
+                            "in a TPU pod slice / SLURM / Open MPI job)") from None
+    finally:
+        timer.cancel()
+    log(f"JAX distributed: process {jax.process_index()} of {jax.process_count()} ({where})")
+    return jax.process_index(), jax.process_count()
+
+
+def _coordinator_answers(address):
+    """Whether something accepts a TCP connection at host:port."""
+    import socket
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _joining_timed_out(coordinator_address, num_processes, process_id, timeout):
+    """`start_processes`' timer: the one-line error and exit 1, before JAX's own abort. It runs
+    in a thread while the main one waits in JAX (which releases the GIL), so it exits the
+    process itself."""
+    import sys
+    if process_id != 0 and coordinator_address and not _coordinator_answers(coordinator_address):
+        message = (f"the coordinator {coordinator_address} did not answer within {timeout}s "
+                   "(is process 0 running there? --distributed_timeout)")
+    else:
+        message = (f"not all {num_processes or 'the'} processes joined the coordinator "
+                   f"{coordinator_address or ''} within {timeout}s (each started with its own "
+                   "--process_id? --distributed_timeout)").replace("  ", " ")
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def is_writer():
+    """Whether this process writes the run's files (checkpoints, exports, summaries,
+    TensorBoard): process 0 of several, the one process otherwise. The others read them."""
+    import jax
+    return jax.process_index() == 0
+
+
+def process_batches(task, skip_batches):
+    """This process's rows of the task's global batches: all of them with one process. With
+    several, the task's own share where it reads one (`host_batches(skip, process=(index,
+    count))`: pre-training reads its share of the files), else the global batches, every
+    process reading them whole, cut to its rows (the rows of its devices: process p holds rows
+    p*B/P .. (p+1)*B/P - 1, `jax.devices()` listing process 0's first)."""
+    import jax
+    index, count = jax.process_index(), jax.process_count()
+    if count == 1:
+        return task.host_batches(skip_batches)
+    if getattr(task, "reads_process_share", False):
+        return task.host_batches(skip_batches, process=(index, count))
+    return _rows_of(task.host_batches(skip_batches), index, count)
+
+
+def _rows_of(batches, index, count):
+    import jax
+    try:
+        for batch in batches:
+            yield jax.tree_util.tree_map(
+                lambda v: v[index * (len(v) // count):(index + 1) * (len(v) // count)], batch)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 def num_replicas():
@@ -124,7 +245,11 @@ def use_devices(num_devices=None, log=print):
     """DataParallel over the first `num_devices` local devices (all by default); their number."""
     import jax
     import keras
-    devices = jax.devices()
+    devices = jax.devices()      # with several processes: every process's, process 0's first
+    processes = jax.process_count()
+    if num_devices and processes > 1:
+        raise TrainingError(f"--distribution=one_device with {processes} processes: several "
+                            "processes use every device of every process")
     if num_devices:
         if num_devices > len(devices):
             raise TrainingError(f"{num_devices} devices asked for, {len(devices)} present")
@@ -133,6 +258,7 @@ def use_devices(num_devices=None, log=print):
     keras.distribution.set_distribution(
         keras.distribution.DataParallel(devices=devices) if len(devices) > 1 else None)
     log(f"JAX: {len(devices)} {devices[0].platform} device(s)"
+        + (f" over {processes} processes" if processes > 1 else "")
         + (" (DataParallel)" if len(devices) > 1 else ""))
     return len(devices)
 
@@ -258,16 +384,28 @@ class JaxTrainingCore:
         """Precision, the task's models, its variables and the optimizer (training/settings.py
         `build_optimizer`, its learning rate in a variable the program writes each step's rate
         into). Returns self."""
+        import jax
+        import keras
         from training.settings import build_optimizer
         set_precision(self.settings.precision)
         self.task = task
-        self.model = task.build()
-        named = dict(task.named_variables())
-        self.trainable = list(named.values())
-        self.state = list(task.state_variables())
-        self.optimizer, self.schedule = build_optimizer(self.settings, named,
-                                                        learning_rate_variable=True)
-        self.optimizer.build(self.trainable)
+        # Several processes: the variables are built process-local (every process builds the
+        # same values from the same seed) and `train_state` makes them global in one go. Built
+        # under the global DataParallel, each variable's device_put would check across the
+        # processes that its value is the same on all (a collective per variable: seconds).
+        distribution = keras.distribution.distribution()
+        if jax.process_count() > 1:
+            keras.distribution.set_distribution(None)
+        try:
+            self.model = task.build()
+            named = dict(task.named_variables())
+            self.trainable = list(named.values())
+            self.state = list(task.state_variables())
+            self.optimizer, self.schedule = build_optimizer(self.settings, named,
+                                                            learning_rate_variable=True)
+            self.optimizer.build(self.trainable)
+        finally:
+            keras.distribution.set_distribution(distribution)
         self.num_params = int(sum(np.prod(v.shape) for v in self.trainable))
         return self
 
@@ -278,9 +416,19 @@ class JaxTrainingCore:
     def train_state(self, step=0, copy=True):
         """A TrainState of the variables' current values at `step`; copies by default (a
         program call donates what it is given)."""
+        import jax
         import jax.numpy as jnp
+        from training.device_input import replicated_sharding
+        sharding = replicated_sharding()
+        # The counter where the program's output puts it (replicated): the second call then
+        # has the first's input shardings, no second trace and compile.
+        step = (jnp.asarray(step, jnp.int32) if sharding is None
+                else jax.device_put(np.int32(step), sharding))
+        if jax.process_count() > 1:    # fresh global arrays: nothing to copy
+            return TrainState(*([replicated(v.value, sharding) for v in group]
+                                for group in self.task_variables()), step=step)
         state = TrainState(*([v.value for v in group] for group in self.task_variables()),
-                           step=jnp.asarray(step, jnp.int32))
+                           step=step)
         return copy_state(state) if copy else state
 
     def task_state(self):
@@ -367,7 +515,7 @@ class JaxTrainingCore:
         state = self.train_state(step)
         own_writer = writer is None
         if own_writer:
-            writer = ScalarWriter(log_dir)
+            writer = ScalarWriter(log_dir if is_writer() else None)
         current = {"state": state}     # what the last call returned: _train updates it
         try:
             result = self._train(program, current, examples, last_saved, checkpoint_dir,
@@ -381,12 +529,13 @@ class JaxTrainingCore:
                 self._assign(state)
             if own_writer:
                 writer.close()
-        if export_dir is not None:
+        if export_dir is not None and is_writer():
             task.export(export_dir)
         summary = run_summary(self.settings, result, started_at, self.num_params, extra={
-            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{num_replicas()}",
+            "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{num_replicas()}"
+            + (f" over {jax.process_count()} processes" if jax.process_count() > 1 else ""),
             **(summary_extra or {})})
-        if summary_path is not None:
+        if summary_path is not None and is_writer():
             write_json_atomic(summary, summary_path)
         return summary
 
@@ -491,7 +640,7 @@ class JaxTrainingCore:
         s = self.settings
         start_step = int(current["state"].step)
         schedule_arguments = self.schedule.arguments()
-        blocks = BlockPrefetcher(self.task.host_batches(examples // s.batch_size),
+        blocks = BlockPrefetcher(process_batches(self.task, examples // s.batch_size),
                                  call_sizes(s, start_step), largest_call(s),
                                  sharding=block_sharding())
 
@@ -507,8 +656,12 @@ class JaxTrainingCore:
                    or step == s.total_steps)
             if checkpoint_dir is not None and due:
                 consumed = examples + (step - start_step) * s.batch_size
-                path = save_safetensors_checkpoint(checkpoint_dir, self._flat(current["state"]),
-                                                   step, consumed, s.keep_checkpoints)
+                if is_writer():   # written once (the state is replicated), read by all
+                    path = save_safetensors_checkpoint(checkpoint_dir,
+                                                       self._flat(current["state"]), step,
+                                                       consumed, s.keep_checkpoints)
+                else:
+                    path = os.path.join(checkpoint_dir, f"{CHECKPOINT_NAME}-{step}.safetensors")
             if after_save is not None:
                 self._assign(copy_state(current["state"]))
                 after_save(step)

@@ -181,7 +181,8 @@ def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
 def test_distribution_flags_on_jax(monkeypatch):
     """The TensorFlow drivers' --distribution vocabulary on JAX (both drivers,
     training/jax_core.jax_num_devices): every local device by default and for mirrored, one for
-    one_device, --num_cpu_devices through XLA_FLAGS; what only TensorFlow has is one line."""
+    one_device, --num_cpu_devices through XLA_FLAGS, multi_worker several processes; what only
+    TensorFlow has is one line."""
     import re
     from training.jax_core import jax_num_devices
     from training.loop import TrainingError
@@ -191,9 +192,14 @@ def test_distribution_flags_on_jax(monkeypatch):
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_foo"
     assert jax_num_devices("mirrored", num_cpu_devices=2) is None
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_foo --xla_force_host_platform_device_count=2"
-    for flags, message in (({"distribution": "multi_worker"}, "--distribution=multi_worker is "
-                            "for TensorFlow (several hosts)"),
-                           ({"distribution": "tpu"}, "--distribution=tpu is for TensorFlow"),
+    # multi_worker: every device of every process (start_processes joins them; its test:
+    # tests/pretrain/test_jax_multiprocess.py); none asked for: one process
+    assert jax_num_devices("multi_worker") is None
+    from training.jax_core import start_processes
+    assert start_processes("mirrored") == (0, 1)
+    with pytest.raises(TrainingError, match="one_device and several processes"):
+        start_processes("one_device", coordinator_address="127.0.0.1:1")
+    for flags, message in (({"distribution": "tpu"}, "--distribution=tpu is for TensorFlow"),
                            ({"tpu": "local"}, "--tpu is for TensorFlow; on JAX"),
                            ({"gcp_project": "p"}, "--gcp_project is for TensorFlow"),
                            ({"distribution": "mirored"}, "unknown --distribution 'mirored'")):

@@ -1,0 +1,78 @@
+"""Several processes on JAX's own distributed runtime (training/jax_core.py `start_processes`,
+issue 50 item 3): run_pretraining.py as 2 processes x 2 CPU devices joined on loopback (JAX's
+coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4 CPU devices does, the
+losses of 10 steps within 1e-5; each process reads its own TFRecord file (input_shares 2: the
+one-process run reads the same two shares), process 0 alone writes the model_dir, and a rerun of
+both processes resumes exactly from the checkpoint process 0 wrote. Loopback only; TensorFlow
+cannot be imported in any of the processes."""
+import json
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.pretrain.test_jax_trainer import NO_TF, losses
+from tests.pretrain.test_run_pretraining import (  # noqa: F401 (tiny_data is a fixture)
+    REPO, driver_cmd, driver_env, tiny_data, tiny_hparams)
+
+pytest.importorskip("jax")
+
+STEPS = 10
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data, model_dir, *flags, devices):
+    cmd = driver_cmd(data, model_dir, tiny_hparams(input_shares=2), "--log_every_n_steps=1",
+                     "--seed=2", f"--num_train_steps={STEPS}", "--save_checkpoints_steps=5",
+                     f"--num_cpu_devices={devices}", *flags)
+    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    return subprocess.Popen([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pair(data, model_dir):
+    """Processes 0 and 1 of 2, 2 CPU devices each, on a free loopback port."""
+    address = f"127.0.0.1:{free_port()}"
+    return [start(data, model_dir, f"--coordinator_address={address}", "--num_processes=2",
+                  f"--process_id={i}", "--distributed_timeout=120", devices=2) for i in (0, 1)]
+
+
+def finish(procs):
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, out[-2000:] + err[-3000:]
+        outs.append(out)
+    return outs
+
+
+def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
+    one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    # All three at once: the compiles overlap the other processes' start-up.
+    procs = [start(tiny_data, one_dir, devices=4)] + pair(tiny_data, two_dir)
+    one, first, second = finish(procs)
+    assert "JAX: 4 cpu device(s) (DataParallel)" in one
+    for i, out in enumerate((first, second)):
+        assert f"JAX distributed: process {i} of 2 (127.0.0.1:" in out
+        assert "JAX: 4 cpu device(s) over 2 processes (DataParallel)" in out
+    assert "the input in 2 shares" in one and "the input in 2 shares" in first
+    reference = losses(one_dir)
+    assert len(reference) == STEPS
+    np.testing.assert_allclose(losses(two_dir), reference, rtol=1e-5)
+    summary = json.loads((two_dir / "pretraining_summary.json").read_text())
+    assert summary["distribution"] == "JAX cpu x4 over 2 processes"
+    assert (two_dir / "discriminator").is_dir() and (two_dir / "hparams.json").is_file()
+
+    # Resume: both processes read ckpt-5, which process 0 wrote, and end as the whole run did.
+    (two_dir / "jax_checkpoints" / f"ckpt-{STEPS}.safetensors").unlink()
+    (two_dir / "pretraining_summary.json").unlink()
+    for out in finish(pair(tiny_data, two_dir)):
+        assert "ckpt-5.safetensors at step 5" in out
+    np.testing.assert_allclose(losses(two_dir), reference[5:], rtol=1e-5)
