@@ -210,14 +210,15 @@ def _read_squad_splits(task, splits, hp, data_dir, train_file, predict_file):
     out = []
     for split in splits:
         if split == "train":
-            path = squad_task._require(train_file or default_train, "training", "train_file")
+            path = squad_task.require_file(train_file or default_train, "training",
+                                           "train_file")
             examples = squad_data.read_squad_examples(path, is_training=True)
             if hp.max_train_examples:
                 examples = examples[:hp.max_train_examples]
             out.append((split, path, examples, None))
         else:
-            path = squad_task._require(predict_file or default_dev, "evaluation",
-                                       "predict_file")
+            path = squad_task.require_file(predict_file or default_dev, "evaluation",
+                                           "predict_file")
             examples = squad_data.read_squad_examples(path, is_training=False)
             out.append((split, path, examples, fileio.read_text(path)))
     return out

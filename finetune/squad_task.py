@@ -41,7 +41,8 @@ def default_files(task, data_dir):
             fileio.join(data_dir, "squad", f"dev-v{version}.json"))
 
 
-def _require(path, what, flag):
+def require_file(path, what, flag):
+    """`path`, or SquadFormatError saying which flag gives it (none given, or not a file)."""
     from finetune.qa.squad_eval import SquadFormatError
     if not path:
         raise SquadFormatError(f"no SQuAD {what} file: give --{flag} or --data_dir")
@@ -141,14 +142,14 @@ def load_squad_data(task, hp, data_dir, train_file, predict_file, do_train, do_e
     predict_file = predict_file or default_dev
     train_examples = eval_examples = dataset_json = None
     if do_train:
-        train_file = _require(train_file, "training", "train_file")
+        train_file = require_file(train_file, "training", "train_file")
         train_examples = squad_data.read_squad_examples(train_file, is_training=True)
         if hp.max_train_examples:
             train_examples = train_examples[:hp.max_train_examples]
         if not train_examples:
             raise SquadFormatError(f"{train_file}: no usable training questions")
     if do_eval:
-        predict_file = _require(predict_file, "evaluation", "predict_file")
+        predict_file = require_file(predict_file, "evaluation", "predict_file")
         eval_examples = squad_data.read_squad_examples(predict_file, is_training=False)
         # valid JSON: read_squad_examples checked it
         dataset_json = json.loads(fileio.read_text(predict_file))
