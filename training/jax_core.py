@@ -34,7 +34,10 @@ pace:
   drivers' `--distribution` flags say how many: `jax_num_devices`): blocks are split along
   their batch axis, the state replicated, one SPMD program, the one-device loss (so the task's
   denominators are the global ones without a collective of its own); a global batch the
-  devices do not divide is a one-line error (`check_batch_size`);
+  devices do not divide is a one-line error (`check_batch_size`). Several processes (hosts,
+  `start_processes`: JAX's own `jax.distributed`): the DataParallel spans every process's
+  devices, each process feeds its rows of the global batch (`process_batches`) and process 0
+  writes the checkpoints, exports and summaries (`is_writer`), which all read;
 * state on disk: `<checkpoint_dir>/ckpt-<step>.safetensors` (training/state.py; every variable
   incl. optimizer and RNG state, the step and examples counters), written atomically through
   base/fileio.py, keep-N, restored exactly (the task's `host_batches` skips the consumed
