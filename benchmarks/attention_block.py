@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, json_out  # noqa: E402
 
 SHAPES = [(1, 128), (8, 128), (1, 512), (8, 512)]
 
@@ -114,6 +114,7 @@ def main():
     ap.add_argument("--backward", action="store_true", help="time forward + backward")
     ap.add_argument("--bf16", action="store_true", help="GPU mode: mixed_bfloat16 compute")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    json_out.add_argument(ap)
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     impls = args.impls.split(",")
@@ -126,6 +127,7 @@ def main():
     print(__doc__.split("Each row")[0].strip().split("\n", 1)[1])
     print(f"{'mode':9} {'b':>2} {'s':>4} {'mixed impl':20} {'self ms':>9} {'mixed ms':>9} "
           f"{'time ratio':>10} {'FLOPs ratio':>11}  {'pass':4}")
+    all_rows = []
     for mode in args.modes.split(","):
         backend = "jax" if mode == "jax" else "tensorflow"
         out = common.run_subprocess(
@@ -134,11 +136,13 @@ def main():
             + (["--backward"] if args.backward else []),
             env={"KERAS_BACKEND": backend})
         rows = json.loads(out.split("ROWS ", 1)[1])
+        all_rows += rows
         for r in rows:
             ok = "yes" if r["ratio"] <= r["flops_ratio"] else "no"
             print(f"{r['mode']:9} {r['batch']:>2} {r['seq_len']:>4} {r['impl']:20} "
                   f"{r['self_ms']:9.2f} {r['mixed_ms']:9.2f} {r['ratio']:10.3f} "
                   f"{r['flops_ratio']:11.3f}  {ok}", flush=True)
+    json_out.write(args.json_out, all_rows)
 
 
 if __name__ == "__main__":

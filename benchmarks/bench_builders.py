@@ -81,7 +81,11 @@ def main():
                         help="before each build, wait until the 1-minute load is below this")
     parser.add_argument("--settle_max_s", type=float, default=120)
     parser.add_argument("--out", default=None, help="append one JSON line per build here")
+    parser.add_argument("--builds", default=None,
+                        help="only these builds: names as in the table, separated by ';' "
+                             "('local, 1 process;ELECTRA, 1 process'); default all")
     args = parser.parse_args()
+    wanted = args.builds and {b.strip() for b in args.builds.split(";")}
     if not pathlib.Path(args.corpus_dir).exists() or not VOCAB.exists():
         sys.exit(f"needs {args.corpus_dir} and {VOCAB} (../shared)")
     sys.path.insert(0, str(REPO))
@@ -93,6 +97,8 @@ def main():
         for pass_no in range(1, args.passes + 1):
             for name, (argv, cwd) in commands(args.corpus_dir, VOCAB, out,
                                               args.electra_dir).items():
+                if wanted and name not in wanted:
+                    continue
                 shutil.rmtree(out, ignore_errors=True)
                 settle(args.settle_load, args.settle_max_s)
                 load_before = os.getloadavg()[0]

@@ -24,6 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import json_out  # noqa: E402
+
 SHARED = pathlib.Path(os.environ.get("CONVBERT_SHARED_DIR", REPO.parent / "shared"))
 CORPUS = SHARED / "data" / "corpus" / "wikitext-2-raw"
 VOCAB = SHARED / "data" / "vocab" / "bert-uncased-vocab.txt"
@@ -32,6 +34,7 @@ VOCAB = SHARED / "data" / "vocab" / "bert-uncased-vocab.txt"
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    json_out.add_argument(parser)
     args = parser.parse_args()
     if not VOCAB.exists() or not CORPUS.exists():
         sys.exit(f"needs {CORPUS} and {VOCAB} (../shared)")
@@ -71,6 +74,12 @@ def main():
           f"{stats.tokens / cpu_median / 1e6:.2f}M written tokens/s (CPU time); wall-clock "
           f"{stats.corpus_tokens / median / 1e6:.2f}M/s median, "
           f"{stats.corpus_tokens / best / 1e6:.2f}M/s best")
+    json_out.write(args.json_out, [{
+        "corpus_tokens": stats.corpus_tokens, "written_tokens": stats.tokens,
+        "examples": stats.examples, "runs": len(timings), "cpu_median_s": cpu_median,
+        "wall_median_s": median, "corpus_tokens_per_s_per_core": stats.corpus_tokens / cpu_median,
+        "written_tokens_per_s_per_core": stats.tokens / cpu_median,
+        "wall_tokens_per_s": stats.corpus_tokens / median}])
 
 if __name__ == "__main__":
     main()

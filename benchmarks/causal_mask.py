@@ -12,10 +12,14 @@ passes. Prints the 1-minute load average before and after: a ratio taken above 1
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import json_out  # noqa: E402
 
 
 def additive_biases(self, scores, attention_bias):
@@ -36,6 +40,7 @@ def main():
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layers", type=int, default=None)
+    json_out.add_argument(parser)
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()}", flush=True)
     import numpy as np
@@ -79,12 +84,16 @@ def main():
                 start = time.perf_counter()
                 fn(ids).numpy()
                 times[(name, kind)].append(time.perf_counter() - start)
+    rows = []
     for kind in ("forward", "fwd+bwd"):
         old = statistics.median(times[("additive bias", kind)])
         new = statistics.median(times[("select", kind)])
         print(f"{kind:8s} median s: additive bias {old:.3f}, select {new:.3f}, "
               f"additive/select {old / new:.1f}x", flush=True)
+        rows.append({"pass": kind, "additive_s": old, "select_s": new, "ratio": old / new})
     print(f"load after: {os.getloadavg()}", flush=True)
+    json_out.write(args.json_out, rows, config=args.config, layers=config.num_hidden_layers,
+                   batch=args.batch, seq_len=args.seq_len, max_abs_diff=float(diff.max()))
 
 
 if __name__ == "__main__":

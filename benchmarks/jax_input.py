@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import json_out  # noqa: E402
 from data.tfrecord_io import find_shards, pretraining_batches  # noqa: E402
 
 
@@ -60,6 +61,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", default="1",
                     help="comma-separated decode worker counts, measured side by side")
+    json_out.add_argument(ap)
     args = ap.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",") if w]
     files = find_shards(args.shards)
@@ -72,13 +74,18 @@ def main(argv=None):
             results[w].append(measure(files, args, w))
     print(f"{'workers':>7}  {'delivered ex/s':>14}  {'steady ex/s':>11}  {'first batch s':>13}  "
           f"{'resume skipped ex/s':>19}")
+    rows = []
     for w in counts:
         med = [statistics.median(r[i] for r in results[w]) for i in range(4)]
+        rows.append({"workers": w, "delivered_per_s": med[0], "steady_per_s": med[1],
+                     "first_batch_s": med[2], "skipped_per_s": med[3]})
         print(f"{w:>7}  {med[0]:>14,.0f}  {med[1]:>11,.0f}  {med[2]:>13.3f}  {med[3]:>19,.0f}")
     print(f"# medians of {args.rounds} rounds; delivered: from the stream's creation (worker "
           "start and shuffle-buffer fill included); steady: after the first batch; resume: "
           f"{args.skip} batches skipped before the first one")
     print(f"# load after {os.getloadavg()[0]:.2f}")
+    json_out.write(args.json_out, rows, shards=len(files), batch=args.batch,
+                   batches=args.batches, rounds=args.rounds)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, json_out  # noqa: E402
 
 
 def _status(field):
@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--impls", default="auto,band,shifted_sum,unfold")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    json_out.add_argument(ap)
     args = ap.parse_args()
     if args.child:
         print("DELTAS " + json.dumps(child(args.child[0], args.child[1], args.batch, args.seq,
@@ -90,6 +91,9 @@ def main():
         if kind == "mixed":
             print(f"mixed[{impl}] / self = {v / self_peak:.3f}  pass (<= 1): "
                   f"{'yes' if v <= self_peak else 'no'}")
+    json_out.write(args.json_out, [
+        {"kind": kind, "impl": impl, "peak_extra_bytes": v, "ratio": v / self_peak}
+        for (kind, impl), v in results.items()], batch=args.batch, seq=args.seq)
 
 
 if __name__ == "__main__":

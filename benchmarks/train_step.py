@@ -28,7 +28,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 # slower than on a quiet one. Passive waiting keeps the comparison about the frameworks.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, json_out  # noqa: E402
 
 
 def mlm_batch(rng, b, s, vocab, mask_frac=0.15, max_pred=20):
@@ -54,6 +54,7 @@ def main():
     ap.add_argument("--skip_hf", action="store_true")
     ap.add_argument("--skip_rtd", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="tiny config smoke test")
+    json_out.add_argument(ap)
     args = ap.parse_args()
     common.header("training step: MLM ours vs transformers; RTD ConvBERT vs ELECTRA",
                   "python " + " ".join(sys.argv))
@@ -122,6 +123,7 @@ def main():
     if args.skip_mlm:
         runners = {}
     times = common.interleaved(runners, rounds=args.rounds, warmup=2)
+    rows = []
     if runners:
         print(f"## MLM step, ConvBERT-{args.size}{' (tiny)' if args.tiny else ''}, b{b} s{s}, fp32")
         print(f"{'variant':16} {'median s':>9} {'min s':>7} {'speed-up vs HF':>15}  pass (>= 2x)")
@@ -130,9 +132,12 @@ def main():
         if "transformers" in times and name != "transformers":
             sp = 1.0 / common.ratio_of_medians(times, name, "transformers")
             line += f" {sp:15.2f}  {'yes' if sp >= 2 else 'no'}"
+            rows.append({"step": "MLM", "size": args.size, "batch": b, "seq": s, "variant": name,
+                         "median_s": common.median(times[name]), "speedup_vs_hf": sp})
         print(line, flush=True)
 
     if args.skip_rtd:
+        json_out.write(args.json_out, rows)
         return
     from pretrain.generator_config import default_generator_hidden_size
     steps = {}
@@ -153,7 +158,12 @@ def main():
         if name != "ELECTRA":
             r = common.ratio_of_medians(times, name, "ELECTRA")
             line += f" {r:10.3f}  {'yes' if r <= 1 else 'no'}"
+            rows.append({"step": "RTD", "size": args.size, "batch": args.rtd_batch, "seq": s,
+                         "mode": mode, "model": name, "median_s": common.median(times[name]),
+                         "electra_median_s": common.median(times["ELECTRA"]),
+                         "ratio_vs_electra": r})
         print(line, flush=True)
+    json_out.write(args.json_out, rows)
 
 
 if __name__ == "__main__":

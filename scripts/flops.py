@@ -6,6 +6,7 @@
     python scripts/flops.py --recipe tiny         # a run_reproduction.py recipe, model by model
 """
 import argparse
+import json
 import os
 import sys
 
@@ -70,17 +71,26 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--gen", type=fraction, default=0.25,
                     help="generator hidden-size fraction, e.g. 0.25 or 1/3")
+    ap.add_argument("--json_out", default=None,
+                    help="with neither --config nor --size: the recipes' rows as JSON here")
     args = ap.parse_args(argv)
     if args.recipe:
         print_recipe(args.recipe)
         return
     if not (args.config or args.size):
         print(f"{'recipe':22} {'params':>12} {'fwd FLOPs/token':>16} {'pre-train FLOPs':>16} {'paper':>8}")
+        rows = []
         for name in flops.RECIPES:
             s = flops.summarize(name)
             paper = f"{s.paper:.1e}" if s.paper else "-"
             print(f"{name:22} {s.parameters:12,d} {s.forward_flops_per_token:16.4g} "
                   f"{s.pretrain_flops:16.3e} {paper:>8}")
+            rows.append({"recipe": name, "parameters": s.parameters,
+                         "forward_flops_per_token": s.forward_flops_per_token,
+                         "pretrain_flops": s.pretrain_flops, "paper": s.paper})
+        if args.json_out:
+            with open(args.json_out, "w") as f:   # a results file the caller named
+                json.dump({"rows": rows}, f, indent=1)
         return
     cfg = (ConvBertConfig.from_json(args.config) if args.config
            else ConvBertConfig.from_size(args.size))
