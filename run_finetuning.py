@@ -35,7 +35,8 @@ From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow
 
 --features_dir replaces --data_dir for GLUE and SQuAD tasks (no tokenization; the manifest's
 vocabulary sha256, max_seq_length and casing, for SQuAD doc_stride and max_query_length, must
-match the run's; without --max_seq_length the run takes the manifest's) and writes the same
+match the run's; without --max_seq_length the run takes the manifest's, and without them in
+--hparams SQuAD's doc_stride and max_query_length too) and writes the same
 results files (`python -m finetune.features --task_names=squadv1,squad ...` makes SQuAD's). On
 JAX: native, Hugging Face or TF1 checkpoints, precision fp32 or bf16, every local device (--distribution=one_device: the first;
 --num_cpu_devices=N splits the CPU); --data_dir, if also given, only checks the
@@ -173,11 +174,14 @@ def run(argv=None):
         raise UsageError(f"{data_dir}: --data_dir not found")
     if features_dir and not fileio.isdir(features_dir):
         raise UsageError(f"{features_dir}: --features_dir not found")
-    if features_dir and base_hp.max_seq_length is None:
-        # The length the features were made at, unless --max_seq_length / --hparams asks for
-        # one (another one is then refused, naming the manifest).
+    if features_dir:
+        # The shapes the features were made at, unless --max_seq_length / --hparams asks for
+        # others (those are then refused, naming the manifest): SQuAD's windows too.
         from finetune.feature_files import read_manifest
-        base_hp.max_seq_length = read_manifest(features_dir)["max_seq_length"]
+        from finetune.hparams import parse_hparams_arg
+        from finetune.run import adopt_manifest_shapes
+        adopt_manifest_shapes(base_hp, read_manifest(features_dir),
+                              asked=parse_hparams_arg(FLAGS.hparams)[0])
     if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
         raise UsageError(f"{init}: --init_checkpoint not found")
     sp_model = FLAGS.sp_model

@@ -93,6 +93,18 @@ def load_feature_sets(tasks, base_hp, features_dir, vocab_file, do_train, do_eva
     return manifest, task_sets
 
 
+def adopt_manifest_shapes(base_hp, manifest, asked=()):
+    """Fill in from the manifest what the run left open: max_seq_length when None, SQuAD's
+    doc_stride and max_query_length when not in `asked` (the --hparams keys). A value the run
+    does ask for and the features lack is refused later by `load_feature_sets`."""
+    if base_hp.max_seq_length is None:
+        base_hp.max_seq_length = manifest["max_seq_length"]
+    for key in ("doc_stride", "max_query_length"):
+        if key not in asked and manifest.get(key) is not None:
+            setattr(base_hp, key, int(manifest[key]))
+    return base_hp
+
+
 def features_vocab_file(vocab_file, sp_model, init_checkpoint):
     """(vocab_file, sp_model) the features are checked against, at most one of them: --vocab_file
     or --sp_model, else the vocab.txt (or sentencepiece.model) next to the checkpoint, else

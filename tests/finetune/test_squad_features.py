@@ -210,3 +210,19 @@ def test_sentencepiece_features_on_jax(squad_dir, tmp_path):
         "squadv1_metrics.json", "squadv1_nbest_predictions.json", "squadv1_predictions.json"]
     record = json.loads((model_dir / "finetune_hparams.json").read_text())
     assert record["sp_model"] == str(sp_model) and record["vocab_file"] is None
+
+
+def test_a_run_takes_the_features_shapes_it_does_not_ask_for():
+    """Without --max_seq_length / SQuAD keys in --hparams the run adopts the manifest's (a
+    default that refused the features it was handed was a first-hour rough edge); what it asks
+    for is kept, and then checked against the manifest."""
+    from finetune.hparams import load_hparams
+    from finetune.run import adopt_manifest_shapes
+    manifest = {"max_seq_length": 64, "doc_stride": 32, "max_query_length": 16}
+    hp = adopt_manifest_shapes(load_hparams(None), manifest)
+    assert (hp.max_seq_length, hp.doc_stride, hp.max_query_length) == (64, 32, 16)
+    hp = adopt_manifest_shapes(load_hparams('{"doc_stride": 48}', max_seq_length=128), manifest,
+                               asked={"doc_stride": 48})
+    assert (hp.max_seq_length, hp.doc_stride, hp.max_query_length) == (128, 48, 16)
+    glue_only = adopt_manifest_shapes(load_hparams(None), {"max_seq_length": 128})
+    assert (glue_only.doc_stride, glue_only.max_query_length) == (128, 64)
