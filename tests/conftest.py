@@ -40,6 +40,7 @@ SLOW_MODULES = (
     "tests/model/test_checkpoints.py", "tests/finetune/test_finetune_precision.py",
     "tests/model/test_paper_configs.py", "tests/pretrain/test_distribution.py",
     "tests/lm/test_lm.py", "tests/finetune/test_jax_finetune.py",
+    "tests/finetune/test_squad_features.py",
 )
 
 
