@@ -43,6 +43,7 @@ def runs(tmp_path_factory):
         "bad_vocab": ([f"--corpus_dir={good}"], str(bad_vocab)),
         "short_seq": ([f"--corpus_dir={good}", "--max_seq_length=7"], vocab),
         "no_blank_docs": ([f"--corpus_dir={good}", "--blanks_separate_docs=false"], vocab),
+        "good": ([f"--corpus_dir={good}"], vocab),
     }
     processes = {}
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
@@ -127,3 +128,29 @@ def test_boolean_flag_false_means_false(runs):
     assert sorted(p.name for p in output_dir.glob("pretrain_data.tfrecord*")) == [
         "pretrain_data.tfrecord-0-of-1"]
     assert "; 1 shard (sized to the corpus: 0.0 MB, one shard per 32 MB)" in stdout
+
+
+def test_a_build_ends_with_its_shards_complete(runs, tmp_path):
+    """The command ends its process with os._exit once the shards and the summary are written
+    (build_pretraining_dataset.end_now: no interpreter teardown with TensorFlow loaded): status 0,
+    the summary line printed, and the shards byte for byte those of the same build in process."""
+    from data.pretraining_builder import BuildConfig, build_pretraining_dataset
+    returncode, stdout, stderr, output_dir = runs["good"]
+    assert returncode == 0, stderr
+    assert stdout.startswith("2 documents -> 2 examples") and stdout.endswith("corpus)\n")
+    config = BuildConfig(corpus_dir=str(output_dir.parent / "good"),
+                         output_dir=str(tmp_path / "in_process"), num_shards=2, progress=False,
+                         vocab_file=str(shared_path("data", "vocab", "bert-uncased-vocab.txt")))
+    summary = build_pretraining_dataset(config)
+    assert summary["examples"] == 2
+    for name in summary["shards"] + ["pretrain_data.summary.json"]:
+        ours, theirs = (output_dir / name).read_bytes(), (tmp_path / "in_process" / name)
+        if name.endswith(".json"):   # the build's seconds differ
+            ours, theirs = json.loads(ours), json.loads(theirs.read_bytes())
+            ours.pop("seconds"), theirs.pop("seconds")
+            ours.pop("corpus_tokens_per_second"), theirs.pop("corpus_tokens_per_second")
+            ours["config"].pop("output_dir"), theirs["config"].pop("output_dir")
+            ours["config"].pop("progress", None), theirs["config"].pop("progress", None)
+        else:
+            theirs = theirs.read_bytes()
+        assert ours == theirs, name
