@@ -144,10 +144,11 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     import jax
     # JAX's "Connecting to ..." INFO lines: the driver says where it joined itself.
     logging.getLogger("jax._src.distributed").setLevel(logging.WARNING)
-    # JAX's CPU client needs an implementation of cross-process collectives; gloo ships with
-    # jaxlib (the default of JAX 0.10; older releases had none by default). GPU and TPU have
-    # their own.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's CPU client needs an implementation of cross-process collectives: gloo ships with
+    # jaxlib (JAX 0.10's default; older releases had none). Another one chosen (mpi) stays.
+    # GPU and TPU have their own.
+    if not jax.config.values.get("jax_cpu_collectives_implementation"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     where = coordinator_address or "the coordinator found in the environment"
     timer = threading.Timer(timeout, _joining_timed_out,
                             (coordinator_address, num_processes, process_id, timeout))
