@@ -9,6 +9,7 @@ import os
 import tensorflow as tf
 
 from base import protowire
+from data.example_packer import PackedExamples
 
 SHARD_PREFIX = "pretrain_data.tfrecord"
 TEMP_SUFFIX = ".incomplete"
@@ -32,12 +33,42 @@ def serialize_int64_examples(features):
     a few microseconds per example instead of ~20 for building the protobuf objects. The
     varints are encoded for the whole batch at once (numpy); per example only the message
     headers, which depend on the payload sizes alone, are joined."""
+    return [_example_prefix(len(body)) + body for body in _features_messages(features)]
+
+
+_EXAMPLE_PREFIXES = {}   # the Example's `features` field header, by the Features message's size
+
+
+def _example_prefix(size):
+    prefix = _EXAMPLE_PREFIXES.get(size)
+    if prefix is None:
+        prefix = _EXAMPLE_PREFIXES[size] = b"\x0a" + protowire.encode_varint(size)
+    return prefix
+
+
+def _features_messages(features):
+    """Per row of `features`, the serialized Features message: its map entries in key order
+    (a serialized Example is `_example_prefix(len(message)) + message`)."""
     names = sorted(features)
     encoded = [(name.encode(), *protowire.packed_varints(features[name])) for name in names]
     count = len(encoded[0][2]) - 1 if encoded else 0
-    headers, example_headers = {}, {}   # prefixes by payload size
+    messages = []
+    for i in range(count):
+        parts = []
+        for key, payload, offsets in encoded:
+            start, end = offsets[i], offsets[i + 1]
+            parts.append(_entry_header(key, end - start))
+            parts.append(payload[start:end])
+        messages.append(b"".join(parts))
+    return messages
 
-    def header(key, size):
+
+_ENTRY_HEADERS = {}   # (feature name, payload size) -> the map entry's bytes before the payload
+
+
+def _entry_header(key, size):
+    header = _ENTRY_HEADERS.get((key, size))
+    if header is None:
         # map entry { key: name, value: Feature { int64_list: Int64List { packed value } } };
         # an empty list is an empty Int64List (no packed field at all)
         values = b"\x0a" + protowire.encode_varint(size) if size else b""
@@ -45,36 +76,42 @@ def serialize_int64_examples(features):
         feature = b"\x1a" + protowire.encode_varint(int64_list) + values
         value = b"\x12" + protowire.encode_varint(len(feature) + size) + feature
         name = b"\x0a" + protowire.encode_varint(len(key)) + key
-        return b"\x0a" + protowire.encode_varint(len(name) + len(value) + size) + name + value
+        header = _ENTRY_HEADERS[key, size] = (
+            b"\x0a" + protowire.encode_varint(len(name) + len(value) + size) + name + value)
+    return header
 
-    records = []
-    for i in range(count):
-        parts = []
-        for key, payload, offsets in encoded:
-            start, end = offsets[i], offsets[i + 1]
-            prefix = headers.get((key, end - start))
-            if prefix is None:
-                prefix = headers[key, end - start] = header(key, end - start)
-            parts.append(prefix)
-            parts.append(payload[start:end])
-        body = b"".join(parts)
-        prefix = example_headers.get(len(body))
-        if prefix is None:
-            prefix = example_headers[len(body)] = b"\x0a" + protowire.encode_varint(len(body))
-        records.append(prefix + body)
-    return records
+
+_MASK_AND_SEGMENTS = {}   # (max_seq_length, len(A), len(B)) -> those two map entries
 
 
 def serialize_packed(packed):
-    """A `PackedExamples` batch as serialized tf.train.Examples (a list of bytes), in order.
+    """A `PackedExamples` batch as serialized tf.train.Examples (a list of bytes), in order:
+    exactly `serialize_int64_examples` of its input_ids, input_mask and segment_ids.
 
-    Both engines write these bytes: the local builder (`ShardWriter.write`) and the Beam
-    pipeline (data/beam_builder.py), so their examples are byte-equal."""
+    An example's input_mask and segment_ids depend only on its segment lengths, so their two map
+    entries (they follow input_ids in key order) are made once per (max_seq_length, len(A),
+    len(B)), by `_features_messages` itself, and reused (`_MASK_AND_SEGMENTS`, at most a few
+    thousand entries); only the ids are encoded per batch (a third of the varints and of the
+    per-example joins). Both engines write these bytes: the local builder (`ShardWriter.write`)
+    and the Beam pipeline (data/beam_builder.py), so their examples are byte-equal."""
     if not len(packed):
         return []
-    return serialize_int64_examples({"input_ids": packed.input_ids,
-                                     "input_mask": packed.input_mask(),
-                                     "segment_ids": packed.segment_ids()})
+    width = packed.input_ids.shape[1]
+    payload, offsets = protowire.packed_varints(packed.input_ids)
+    records = []
+    lengths = zip(packed.first_lengths.tolist(), packed.second_lengths.tolist())
+    for i, (a, b) in enumerate(lengths):
+        tail = _MASK_AND_SEGMENTS.get((width, a, b))
+        if tail is None:
+            one = PackedExamples(packed.input_ids[i:i + 1], packed.first_lengths[i:i + 1],
+                                 packed.second_lengths[i:i + 1])
+            tail = _MASK_AND_SEGMENTS[width, a, b] = _features_messages(
+                {"input_mask": one.input_mask(), "segment_ids": one.segment_ids()})[0]
+        start, end = offsets[i], offsets[i + 1]
+        head = _entry_header(b"input_ids", end - start)
+        records.append(b"".join((_example_prefix(len(head) + end - start + len(tail)), head,
+                                 payload[start:end], tail)))
+    return records
 
 
 class ShardWriter:

@@ -35,3 +35,23 @@ def test_one_example_and_an_empty_batch():
     assert serialize_example(ids, mask, segments) == reference(features, 0)
     empty = np.zeros([0, 4], np.int64)
     assert serialize_int64_examples({"input_ids": empty, "input_mask": empty}) == []
+
+
+@pytest.mark.parametrize("width", [8, 128, 200])
+def test_packed_batches_are_the_three_features_serialized(width):
+    """serialize_packed reuses the input_mask / segment_ids entries per segment lengths: its
+    bytes are those of serialize_int64_examples over the three arrays, batch after batch (the
+    reused entries outlive a batch)."""
+    from data.example_packer import PackedExamples
+    from data.shard_writer import serialize_packed
+    rng = np.random.default_rng(width)
+    for n in (0, 1, 7, 300):
+        first = rng.integers(0, width - 3, n)
+        second = np.where(rng.random(n) < 0.4, 0, rng.integers(0, width, n))
+        second = np.minimum(second, width - 3 - first)
+        ids = rng.integers(0, 2 ** 20 if width == 200 else 30522, (n, width))
+        packed = PackedExamples(ids, first, second)
+        expected = [] if not n else serialize_int64_examples(
+            {"input_ids": ids, "input_mask": packed.input_mask(),
+             "segment_ids": packed.segment_ids()})
+        assert serialize_packed(packed) == expected
