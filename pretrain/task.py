@@ -198,10 +198,6 @@ class PretrainingTask(Task):
 
         return ds.enumerate(start=skip_batches).map(add_ids)
 
-    # The JAX core hands each of several processes its rows of the global batch through
-    # `host_batches(skip, process=...)`: each reads only its share of the files.
-    reads_process_share = True
-
     def input_shares(self, processes=1):
         """How many shares the global batch is read in (`input_shares` below)."""
         return input_shares(self.hp, self.train_files, processes)

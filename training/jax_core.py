@@ -211,7 +211,10 @@ def process_batches(task, skip_batches):
     index, count = jax.process_index(), jax.process_count()
     if count == 1:
         return task.host_batches(skip_batches)
-    if getattr(task, "reads_process_share", False):
+    import inspect
+    # A subclass that overrides host_batches without `process` (reproduce/gpu_stages.py's
+    # arrays) gets the fallback below.
+    if "process" in inspect.signature(task.host_batches).parameters:
         return task.host_batches(skip_batches, process=(index, count))
     return _rows_of(task.host_batches(skip_batches), index, count)
 
@@ -249,8 +252,12 @@ def use_devices(num_devices=None, log=print):
     """DataParallel over the first `num_devices` local devices (all by default); their number."""
     import jax
     import keras
-    devices = jax.devices()      # with several processes: every process's, process 0's first
+    devices = jax.devices()
     processes = jax.process_count()
+    if processes > 1:
+        # Every process's devices, process by process: process p's rows of the global batch
+        # are then the p-th contiguous part (`process_batches`, pre-training's input shares).
+        devices = sorted(devices, key=lambda d: (d.process_index, d.id))
     if num_devices and processes > 1:
         raise TrainingError(f"--distribution=one_device with {processes} processes: several "
                             "processes use every device of every process")

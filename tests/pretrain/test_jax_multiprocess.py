@@ -1,5 +1,5 @@
 """Several processes on JAX's own distributed runtime (training/jax_core.py `start_processes`,
-issue 50 item 3): run_pretraining.py as 2 processes x 2 CPU devices joined on loopback (JAX's
+issue 50 item 3): run_pretraining.py (tiny, MLM) as 2 processes x 2 CPU devices joined on loopback (JAX's
 coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4 CPU devices does, the
 losses of 10 steps within 1e-5; each process reads its own TFRecord file (input_shares 2: the
 one-process run reads the same two shares), process 0 alone writes the model_dir, and a rerun of
@@ -29,7 +29,10 @@ def free_port():
 
 
 def start(data, model_dir, *flags, devices):
-    cmd = driver_cmd(data, model_dir, tiny_hparams(input_shares=2), "--log_every_n_steps=1",
+    # BERT's MLM objective: the same machinery as ELECTRA's (whose devices-vs-one check is
+    # tests/pretrain/test_jax_trainer.py), half its compile time, compiled by each process.
+    hparams = tiny_hparams(input_shares=2, electra_objective=False)
+    cmd = driver_cmd(data, model_dir, hparams, "--log_every_n_steps=1",
                      "--seed=2", f"--num_train_steps={STEPS}", "--save_checkpoints_steps=5",
                      f"--num_cpu_devices={devices}", *flags)
     env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
