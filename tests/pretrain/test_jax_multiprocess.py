@@ -79,3 +79,51 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     for out in finish(pair(tiny_data, two_dir)):
         assert "ckpt-5.safetensors at step 5" in out
     np.testing.assert_allclose(losses(two_dir), reference[5:], rtol=1e-5)
+
+
+def test_input_shares(tiny_data, monkeypatch):  # noqa: F811
+    """Each process's rows are its shares of the files (no JAX): the processes' parts of a
+    global batch, side by side, are the one-process stream of the same input_shares, resumed
+    alike; files, batch or processes that do not split evenly are one line naming the input.
+    The core's fallback for a task without shares cuts each process's rows out of the global
+    batches."""
+    import glob
+    from data.errors import DataError
+    from pretrain.hparams import make_hparams
+    from pretrain.task import PretrainingTask, input_shares
+    from training import jax_core
+    files = sorted(glob.glob(tiny_data[0]))
+    hp = make_hparams("tiny", overrides={**tiny_hparams(input_shares=2), "vocab_size": 100})
+    task = PretrainingTask(hp, files, 100)
+    for skip in (0, 3):
+        whole = task.host_batches(skip)
+        parts = [task.host_batches(skip, process=(i, 2)) for i in (0, 1)]
+        for _ in range(2):
+            batch, first, second = next(whole), next(parts[0]), next(parts[1])
+            assert set(batch) == set(first) == set(second)
+            for key, value in batch.items():
+                np.testing.assert_array_equal(np.concatenate([first[key], second[key]]), value)
+        np.testing.assert_array_equal(batch["example_id"], (skip + 1) * 8 + np.arange(8))
+        for stream in [whole] + parts:
+            stream.close()
+    # process 1 reads file 1 alone (files[1::2])
+    from data.tfrecord_io import pretraining_batches
+    own = pretraining_batches(files[1:], 4, hp.max_seq_length, seed=hp.seed,
+                              shuffle_buffer=hp.shuffle_buffer, workers=1)
+    np.testing.assert_array_equal(next(task.host_batches(0, process=(1, 2)))["input_ids"],
+                                  next(own)["input_ids"])
+    own.close()
+    with pytest.raises(DataError, match=r"1 TFRecord file\(s\) do not split evenly over 2 "
+                                        r"processes"):
+        input_shares(make_hparams("tiny", overrides=tiny_hparams()), files[:1], 2)
+    with pytest.raises(DataError, match="input_shares 3 is not a multiple of the 2 processes"):
+        input_shares(make_hparams("tiny", overrides=tiny_hparams(input_shares=3)), files, 2)
+    assert input_shares(make_hparams("tiny", overrides=tiny_hparams()), files[:1], 1) == 1
+
+    class Whole:                       # a task without shares: global batches only
+        def host_batches(self, skip):
+            return iter([{"x": np.arange(8) + 8 * skip}])
+    monkeypatch.setattr("jax.process_count", lambda: 2)
+    monkeypatch.setattr("jax.process_index", lambda: 1)
+    np.testing.assert_array_equal(next(jax_core.process_batches(Whole(), 1))["x"],
+                                  np.arange(12, 16))
