@@ -154,9 +154,14 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
                             (coordinator_address, num_processes, process_id, timeout))
     timer.daemon = True
     timer.start()
+    # JAX's coordinator listens on every interface ([::]:port) unless told otherwise: a loopback
+    # coordinator (the tests) listens on loopback only.
+    host = (coordinator_address or "").rpartition(":")[0].strip("[]")
+    bind = coordinator_address if host in ("127.0.0.1", "localhost", "::1") else None
     try:
         jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                                   initialization_timeout=timeout + 30)
+                                   initialization_timeout=timeout + 30,
+                                   coordinator_bind_address=bind)
     except (ValueError, TypeError, RuntimeError) as e:
         raise TrainingError(f"several processes: {str(e).splitlines()[0]} (pass "
                             "--coordinator_address, --num_processes and --process_id, or run "
