@@ -1,10 +1,10 @@
 """Several processes on JAX's own distributed runtime (training/jax_core.py `start_processes`,
 issue 50 item 3): run_pretraining.py (tiny, MLM) as 2 processes x 2 CPU devices joined on
 loopback (JAX's coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4 CPU
-devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file (input_shares 2: the
-one-process run reads the same two shares), process 0 alone writes the model_dir, and a rerun of
-both processes resumes exactly from the checkpoint process 0 wrote. Loopback only; TensorFlow
-cannot be imported in any of the processes."""
+devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file
+(input_shares 2: the one-process run reads the same two shares), process 0 alone writes the
+model_dir, and a rerun of both processes resumes exactly from the checkpoint process 0 wrote.
+Loopback only; TensorFlow cannot be imported in any of the processes."""
 import json
 import socket
 import subprocess
