@@ -197,10 +197,12 @@ def run(argv=None):
         from training.jax_core import jax_num_devices   # every local device by default
         kwargs["num_devices"] = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                                 FLAGS.gcp_project, FLAGS.num_cpu_devices)
-        if FLAGS.distribution == "multi_worker" or FLAGS.coordinator_address is not None:
-            # Evaluation and prediction gather every process's rows: not written yet.
-            raise UsageError("several processes on JAX are for pre-training so far; fine-tune "
-                             "on one host's devices (--distribution=mirrored)")
+        # Several processes (--distribution=multi_worker / --coordinator_address ...): joined
+        # by run_tasks once the features are read; each reads them all and feeds its rows.
+        from training.jax_core import start_processes
+        kwargs["join_processes"] = functools.partial(
+            start_processes, FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
+            FLAGS.process_id, FLAGS.distributed_timeout, log=say)
         from training.compile_cache import enable_compile_cache
         enable_compile_cache(FLAGS.jax_cache_dir, log=say)     # before the first compile
         run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)

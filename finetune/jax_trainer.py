@@ -197,8 +197,10 @@ class JaxFinetuner:
     def predict(self, features, batch_size=None):
         """Head outputs (float32 NumPy, one row per example) in inference mode. Batches of
         `batch_size` (default hp.eval_batch_size) rounded up to a multiple of the devices, each
-        split over them; the last one padded to that size so the step compiles once."""
+        split over them; the last one padded to that size so the step compiles once. With several
+        processes each feeds its rows of every batch and gets every row back (`predict_step`)."""
         from training.device_input import batch_sharding, to_device
+        from training.jax_core import process_rows
         batch_size = self.predict_batch_size(batch_size or self.hp.eval_batch_size)
         sharding = batch_sharding()
         inputs = {k: np.asarray(features[k], np.int32)
@@ -210,7 +212,7 @@ class JaxFinetuner:
                       for k, v in inputs.items()}
         trainable, state, _ = self.core.task_state()
         out = [self._predict_step(trainable, state, to_device(
-                   {k: v[i:i + batch_size] for k, v in inputs.items()}, sharding))
+                   process_rows({k: v[i:i + batch_size] for k, v in inputs.items()}), sharding))
                for i in range(0, len(inputs["input_ids"]), batch_size)]
         if out and isinstance(out[0], dict):   # several outputs (the QA head's beam)
             return {k: np.concatenate([np.asarray(o[k]) for o in out])[:n] for k in out[0]}
@@ -306,13 +308,16 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
     import os
     from finetune.glue_task import (choose_test_predictions, save_finetuned_model,
                                     to_predictions, write_dev_results, write_trials_summaries)
+    from training.jax_core import is_writer
     from training.summaries import ScalarWriter
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)
     results = {key: [] for key, _, _ in evals}
     test_predictions = []
+    # Several processes: all train and predict (one SPMD program); process 0 alone writes.
+    writes = is_writer()
     for trial in trials(hp, task, model_dir):
-        writer = ScalarWriter(trial.log_dir)
+        writer = ScalarWriter(trial.log_dir if writes else None)
         try:
             finetuner.start(encoder_weights, trial.seed)
             steps = 0
@@ -321,22 +326,24 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
                                         writer=writer)["steps"]
             for key, arrays, guids in evals:
                 logits = finetuner.predict(arrays, hp.eval_batch_size)
-                metrics = write_dev_results(task, key, guids, logits, arrays["label_ids"],
-                                            model_dir, hp, trial, log=log)
-                results[key].append(metrics)
-                writer.write(metrics, steps, prefix=f"dev_{key}/")
+                if writes:
+                    metrics = write_dev_results(task, key, guids, logits, arrays["label_ids"],
+                                                model_dir, hp, trial, log=log)
+                    results[key].append(metrics)
+                    writer.write(metrics, steps, prefix=f"dev_{key}/")
         finally:
             writer.close()
         if predicts:   # the eval batch size: the compiled predict step serves both
             test_predictions.append([
                 (stem, guids, to_predictions(task, finetuner.predict(arrays, hp.eval_batch_size)))
                 for stem, arrays, guids in predicts])
-        if hp.save_finetuned_model:
+        if hp.save_finetuned_model and writes:
             save_finetuned_model(finetuner.encoder, finetuner.head, task,
                                  os.path.join(model_dir, "finetuned", task + trial.suffix))
-    write_trials_summaries(model_dir, hp, results, log=log)
-    if submission is not None:
-        choose_test_predictions(task, hp, results, test_predictions, submission, log=log)
+    if writes:
+        write_trials_summaries(model_dir, hp, results, log=log)
+        if submission is not None:
+            choose_test_predictions(task, hp, results, test_predictions, submission, log=log)
     return results
 
 
@@ -347,12 +354,14 @@ def run_squad_task(task, hp, config, encoder_weights, sets, model_dir, finetuner
     TensorFlow run's files (finetune/squad_task.py `write_trial_results`, `write_summary`) and
     each trial's TensorBoard scalars (train/, dev_<task>/); returns the metrics per trial."""
     from finetune import squad_task
+    from training.jax_core import is_writer
     from training.summaries import ScalarWriter
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)
     all_metrics = []
+    writes = is_writer()   # several processes: all train and predict, process 0 writes
     for trial in trials(hp, task, model_dir):
-        writer = ScalarWriter(trial.log_dir)
+        writer = ScalarWriter(trial.log_dir if writes else None)
         try:
             finetuner.start(encoder_weights, trial.seed)
             steps = 0
@@ -362,11 +371,13 @@ def run_squad_task(task, hp, config, encoder_weights, sets, model_dir, finetuner
             if sets.evals is not None:
                 windows = sets.evals[1].model_inputs(with_labels=False)
                 results = finetuner.predict(windows, hp.predict_batch_size)
-                metrics = squad_task.write_trial_results(task, hp, sets, results, model_dir,
-                                                         trial, steps, log)
-                all_metrics.append(metrics)
-                writer.write(metrics, steps, prefix=f"dev_{task}/")
+                if writes:   # post-processing and scoring: the writer's alone
+                    metrics = squad_task.write_trial_results(task, hp, sets, results,
+                                                             model_dir, trial, steps, log)
+                    all_metrics.append(metrics)
+                    writer.write(metrics, steps, prefix=f"dev_{task}/")
         finally:
             writer.close()
-    squad_task.write_summary(task, hp, all_metrics, model_dir, log)
+    if writes:
+        squad_task.write_summary(task, hp, all_metrics, model_dir, log)
     return all_metrics

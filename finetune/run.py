@@ -126,9 +126,11 @@ def features_vocab_file(vocab_file, sp_model, init_checkpoint):
 
 def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vocab_file=None,
               sp_model=None, do_train=True, do_eval=True, do_predict=False, train_file=None,
-              predict_file=None, features_dir=None, num_devices=None):
+              predict_file=None, features_dir=None, num_devices=None, join_processes=None):
     """`tasks` one after another into `model_dir` (see the module doc). On JAX `num_devices` is
-    how many local devices to use (None: all); on TensorFlow the caller's strategy scope
+    how many local devices to use (None: all) and `join_processes`, if given, joins several
+    processes (training/jax_core.py `start_processes` with the driver's flags) once every input
+    is read and checked, before any JAX computation; on TensorFlow the caller's strategy scope
     decides."""
     from finetune import glue_task, squad_task
     from finetune.encoder_source import EncoderSource, find_vocab_file
@@ -150,9 +152,13 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         tokenizer = load_tokenizer(vocab_file, sp_model, do_lower_case=base_hp.do_lower_case)
         vocab_size, vocab_name = tokenizer.vocab_size, sp_model or vocab_file
 
+    writes = True
     if backend == "jax":
-        from training.jax_core import check_batch_size, set_precision, use_devices
+        from training.jax_core import check_batch_size, is_writer, set_precision, use_devices
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
+        if join_processes is not None:     # a bad input file: said before waiting for peers
+            join_processes()
+        writes = is_writer()               # several processes: process 0 writes model_dir
         use_devices(num_devices, log=say)  # before any model: variables replicated over them
         for task in tasks if do_train else ():   # a batch they do not divide: before any output
             check_batch_size(base_hp.for_task(task).train_batch_size)
@@ -173,14 +179,15 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         if hp.max_seq_length > source.config.max_position_embeddings:
             check_sequence_length(source, hp.max_seq_length, task)
 
-    fileio.makedirs(fileio.join(model_dir, "results"))
     record = {"hparams": base_hp.to_dict(), "tasks": tasks, "init_checkpoint": init_checkpoint,
               "vocab_file": vocab_file, "sp_model": sp_model,
               "model_config": source.config.to_dict()}
     if features_dir:
         record.update(features_dir=features_dir, backend=backend)
-    fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"),
-                        json.dumps(record, indent=2, sort_keys=True))
+    if writes:
+        fileio.makedirs(fileio.join(model_dir, "results"))
+        fileio.write_atomic(fileio.join(model_dir, "finetune_hparams.json"),
+                            json.dumps(record, indent=2, sort_keys=True))
 
     submission = {}
     if backend == "jax":
@@ -196,9 +203,9 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
             sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
                 task_data[task], tokenizer, hp)
             glue_task.run_glue_task(task, hp, sets, source, model_dir, submission)
-    if submission:   # without --data_dir (features only) the files are not checked
+    if submission and writes:   # without --data_dir (features only) the files are not checked
         glue_task.write_glue_submission(submission, model_dir, data_dir)
-    if len([t for t in tasks if t not in QA_TASKS]) > 1 and do_eval:
+    if len([t for t in tasks if t not in QA_TASKS]) > 1 and do_eval and writes:
         say(glue_task.glue_table(model_dir))
 
 

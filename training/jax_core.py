@@ -224,12 +224,23 @@ def process_batches(task, skip_batches):
     return _rows_of(task.host_batches(skip_batches), index, count)
 
 
-def _rows_of(batches, index, count):
+def process_rows(batch, index=None, count=None):
+    """This process's rows of a global batch (any pytree of [B, ...] arrays): process p of P
+    holds rows p*B/P .. (p+1)*B/P - 1, what `to_device` takes as its part of the global array.
+    The whole batch with one process. index, count: default jax's process index and count."""
     import jax
+    if index is None:
+        index, count = jax.process_index(), jax.process_count()
+    if count == 1:
+        return batch
+    return jax.tree_util.tree_map(
+        lambda v: v[index * (len(v) // count):(index + 1) * (len(v) // count)], batch)
+
+
+def _rows_of(batches, index, count):
     try:
         for batch in batches:
-            yield jax.tree_util.tree_map(
-                lambda v: v[index * (len(v) // count):(index + 1) * (len(v) // count)], batch)
+            yield process_rows(batch, index, count)
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
@@ -481,18 +492,23 @@ class JaxTrainingCore:
     def predict_step(self, fn):
         """A jitted (trainable values, state values, batch) -> fn(batch), run with the built
         task's variables swapped for those values (inference: nothing is updated); a
-        PrecompilableStep. Its first two arguments are `task_state()[:2]`."""
+        PrecompilableStep. Its first two arguments are `task_state()[:2]`. With several
+        processes the batch is this process's rows and the outputs are every row's, on each."""
         import jax
         import keras
+        from training.device_input import replicated_sharding
         trainable_vars, state_vars = self.trainable, self.state
 
-        @jax.jit
         def predict(trainable, state, batch):
             mapping = list(zip(trainable_vars, trainable)) + list(zip(state_vars, state))
             with keras.StatelessScope(state_mapping=mapping):
                 return fn(batch)
 
-        return PrecompilableStep(predict, log=self.log)
+        # Several processes: each feeds its rows (`process_rows`), and the outputs come back
+        # replicated, gathered inside the program, so every process reads all of them.
+        several = jax.process_count() > 1
+        return PrecompilableStep(jax.jit(predict, out_shardings=replicated_sharding()
+                                         if several else None), log=self.log)
 
     def set_settings(self, settings):
         """Other settings for the built task (a run's length, peak learning rate, warm-up, log

@@ -1,0 +1,122 @@
+"""Fine-tuning on several JAX processes (issue 50 item 3): run_finetuning.py --features_dir on
+KERAS_BACKEND=jax as 2 processes x 2 CPU devices, joined on loopback (training/jax_core.py
+`start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model, 3 steps
+each, 64 tokens) give the same training losses (TensorBoard's train/loss, within 1e-5) and the
+same results files (dev predictions and metrics, SQuAD's answers; the n-best probabilities within
+1e-6). Every process reads the whole features and feeds its rows of each batch; the predictions
+come back to every process; process 0 alone writes (process 1's model_dir stays empty).
+TensorFlow cannot be imported in any of the processes (tests/finetune/
+test_run_finetuning_features.py's NO_TF_DRIVER)."""
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import shared_path
+from tests.finetune.test_run_finetuning_features import TINY_MODEL, explain, start_driver
+from tests.finetune.test_squad_features import features_command
+from tests.pretrain.test_jax_multiprocess import finish, free_port
+
+pytest.importorskip("jax")
+
+MAX_LEN = 64
+STEPS = 3
+HPARAMS = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8, "eval_batch_size": 32,
+           "predict_batch_size": 32, "max_train_examples": 32, "max_eval_examples": 24,
+           "doc_stride": 32, "max_query_length": 16, "beam_size": 5, "qa_hidden_size": 32,
+           "n_best_size": 5, "log_every_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def features(tmp_path_factory):
+    """MRPC (32 train pairs, both orders) and SQuAD 1.1 (one article to train, one to evaluate)."""
+    root = tmp_path_factory.mktemp("multiprocess_features")
+    data = json.loads(shared_path("data", "squad", "dev-v1.1.json").read_text())
+    for name, articles in (("train", data["data"][:1]), ("dev", data["data"][1:2])):
+        (root / f"{name}.json").write_text(json.dumps(dict(data, data=articles)))
+    proc = features_command(
+        "--task_names=mrpc,squadv1", f"--data_dir={shared_path('data', 'glue')}",
+        f"--vocab_file={shared_path('data', 'vocab', 'bert-uncased-vocab.txt')}",
+        f"--train_file={root / 'train.json'}", f"--predict_file={root / 'dev.json'}",
+        f"--max_seq_length={MAX_LEN}", "--doc_stride=32", "--max_query_length=16",
+        "--max_train_examples=32", "--splits=train,dev", f"--output_dir={root / 'features'}")
+    assert proc.returncode == 0, explain(proc)
+    return root / "features"
+
+
+def start(features, model_dir, *flags, devices):
+    return start_driver(["--features_dir", features, "--task_names", "mrpc,squadv1",
+                         "--model_dir", model_dir, "--hparams", json.dumps(HPARAMS),
+                         "--max_train_steps", STEPS, f"--num_cpu_devices={devices}", *flags],
+                        "jax")
+
+
+def train_losses(run_dir):
+    """train/loss of a TensorBoard run directory, by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+    reader = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    reader.Reload()
+    return {e.step: float(make_ndarray(e.tensor_proto)) for e in reader.Tensors("train/loss")}
+
+
+def files_under(directory):
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def assert_close_json(a, b, path):
+    """Equal JSON but for floats, which agree within 1e-6 (SQuAD's n-best probabilities)."""
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), path
+        for key in a:
+            assert_close_json(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close_json(x, y, f"{path}[{i}]")
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, abs=1e-6), path
+    else:
+        assert a == b, path
+
+
+def test_two_processes_match_one(features, tmp_path):
+    pytest.importorskip("tensorboard")
+    one_dir, two_dir, other_dir = tmp_path / "one", tmp_path / "two", tmp_path / "process1"
+    address = f"127.0.0.1:{free_port()}"
+    # All three at once: the compiles overlap the other processes' start-up.
+    procs = [start(features, one_dir, devices=4)] + [
+        start(features, two_dir if i == 0 else other_dir, f"--coordinator_address={address}",
+              "--num_processes=2", f"--process_id={i}", "--distributed_timeout=120",
+              devices=2) for i in (0, 1)]
+    one, first, second = finish(procs)
+    assert "JAX: 4 cpu device(s) (DataParallel)" in one
+    for i, out in enumerate((first, second)):
+        assert f"JAX distributed: process {i} of 2 (127.0.0.1:" in out
+        assert "JAX: 4 cpu device(s) over 2 processes (DataParallel)" in out
+    # Process 1 trained and predicted alongside, and wrote nothing (nor said the results).
+    assert "squadv1: step 3/3" in second and "dev exact_match" not in second
+    assert not other_dir.exists() or files_under(other_dir) == []
+
+    files = files_under(one_dir)
+    assert [f for f in files if not f.startswith("tensorboard/")] == [
+        "finetune_hparams.json", "results/mrpc_dev_metrics.json",
+        "results/mrpc_dev_predictions.tsv", "results/squadv1_metrics.json",
+        "results/squadv1_nbest_predictions.json", "results/squadv1_predictions.json"]
+    assert [f.split("/")[1] for f in files_under(two_dir) if f.startswith("tensorboard/")] \
+        == [f.split("/")[1] for f in files if f.startswith("tensorboard/")] == ["mrpc", "squadv1"]
+    for task in ("mrpc", "squadv1"):
+        reference = train_losses(one_dir / "tensorboard" / task)
+        assert sorted(reference) == list(range(1, STEPS + 1))
+        losses = train_losses(two_dir / "tensorboard" / task)
+        assert sorted(losses) == sorted(reference)
+        np.testing.assert_allclose([losses[s] for s in sorted(losses)],
+                                   [reference[s] for s in sorted(reference)], rtol=1e-5)
+    for name in files:
+        if name.startswith("tensorboard/"):
+            continue
+        if name.endswith(".json"):
+            assert_close_json(json.loads((one_dir / name).read_text()),
+                              json.loads((two_dir / name).read_text()), name)
+        else:   # the dev predictions, row by row
+            assert (one_dir / name).read_text() == (two_dir / name).read_text(), name
