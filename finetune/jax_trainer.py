@@ -51,11 +51,13 @@ def random_encoder_weights(config, seed):
     init baseline's start weights (every trial starts from the same encoder, as on TensorFlow)."""
     import keras
     from model import ConvBertModel
+    from training.jax_core import process_local_variables
     from training.seeds import set_random_seed
     set_random_seed(seed)
-    model = ConvBertModel(config)
-    ones = np.ones((1, 8), np.int32)
-    model({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
+    with process_local_variables():   # several processes: no cross-process check per variable
+        model = ConvBertModel(config)
+        ones = np.ones((1, 8), np.int32)
+        model({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
     return {name: keras.ops.convert_to_numpy(v) for name, v in model.weight_map().items()}
 
 
@@ -84,16 +86,18 @@ class JaxFinetuner:
         predict step returning `predict_outputs(forward(..., training=False))`."""
         from finetune.trainer import FinetuneTask
         from model import ConvBertModel
-        from training.jax_core import JaxTrainingCore, set_precision
+        from training.jax_core import JaxTrainingCore, process_local_variables, set_precision
         from training.settings import TrainSettings
         self.hp, self.log = hp, log
         set_precision(hp.precision)   # (again: a caller may have changed it since)
-        self.encoder = ConvBertModel(config)
-        ones = np.ones((1, 8), np.int32)
-        self.encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
-        self.head = head
-        if not head.built:
-            head.build((None, None, config.hidden_size))
+        # Several processes: built process-local, made global by the core (`train_state`).
+        with process_local_variables():
+            self.encoder = ConvBertModel(config)
+            ones = np.ones((1, 8), np.int32)
+            self.encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
+            self.head = head
+            if not head.built:
+                head.build((None, None, config.hidden_size))
         named = dict(self.encoder.weight_map())
         named.update({f"task_specific/{name}/{k}": v for k, v in head.weight_map().items()})
         # The TensorFlow Trainer's task, on the JAX core.
@@ -242,9 +246,11 @@ class JaxQAFinetuner(JaxFinetuner):
         from finetune import squad_task
         _prepare(hp)
         self.spec = None
+        from training.jax_core import process_local_variables
         version = squad_task.VERSIONS[task]
         self.version = version
-        head = squad_task.make_head(hp, config, version)
+        with process_local_variables():   # built here: see `_build`
+            head = squad_task.make_head(hp, config, version)
         forward, loss, self.output_keys = squad_task.model_fns(hp, version)
         keys = tuple(self.output_keys)
 

@@ -247,6 +247,27 @@ def _rows_of(batches, index, count):
             close()
 
 
+class process_local_variables:
+    """A context in which Keras variables are built on this process alone where there are several
+    (every process builds the same values from the same seed; `JaxTrainingCore.train_state`
+    makes them global arrays in one go): built under the global DataParallel, each variable's
+    device_put would check across the processes that its value is the same on all (a collective
+    per variable: seconds). With one process the distribution stays."""
+
+    def __enter__(self):
+        import jax
+        import keras
+        self.distribution = keras.distribution.distribution()
+        if jax.process_count() > 1:
+            keras.distribution.set_distribution(None)
+        return self
+
+    def __exit__(self, *exc):
+        import keras
+        keras.distribution.set_distribution(self.distribution)
+        return False
+
+
 def num_replicas():
     """How many devices a batch is split over: the current DataParallel's, else 1."""
     import keras
@@ -411,19 +432,11 @@ class JaxTrainingCore:
         """Precision, the task's models, its variables and the optimizer (training/settings.py
         `build_optimizer`, its learning rate in a variable the program writes each step's rate
         into). Returns self."""
-        import jax
-        import keras
         from training.settings import build_optimizer
         set_precision(self.settings.precision)
         self.task = task
-        # Several processes: the variables are built process-local (every process builds the
-        # same values from the same seed) and `train_state` makes them global in one go. Built
-        # under the global DataParallel, each variable's device_put would check across the
-        # processes that its value is the same on all (a collective per variable: seconds).
-        distribution = keras.distribution.distribution()
-        if jax.process_count() > 1:
-            keras.distribution.set_distribution(None)
-        try:
+        # Several processes: `train_state` makes the process-local variables global in one go.
+        with process_local_variables():
             self.model = task.build()
             named = dict(task.named_variables())
             self.trainable = list(named.values())
@@ -431,8 +444,6 @@ class JaxTrainingCore:
             self.optimizer, self.schedule = build_optimizer(self.settings, named,
                                                             learning_rate_variable=True)
             self.optimizer.build(self.trainable)
-        finally:
-            keras.distribution.set_distribution(distribution)
         self.num_params = int(sum(np.prod(v.shape) for v in self.trainable))
         return self
 
