@@ -38,12 +38,15 @@ vocabulary sha256, max_seq_length and casing, for SQuAD doc_stride and max_query
 match the run's; without --max_seq_length the run takes the manifest's, and without them in
 --hparams SQuAD's doc_stride and max_query_length too) and writes the same
 results files (`python -m finetune.features --task_names=squadv1,squad ...` makes SQuAD's). On
-JAX: native, Hugging Face or TF1 checkpoints, precision fp32 or bf16, every local device (--distribution=one_device: the first;
---num_cpu_devices=N splits the CPU); --data_dir, if also given, only checks the
-leaderboard files against the GLUE test sets. What a JAX run writes is what a TensorFlow run
-writes for GLUE and SQuAD: results/ (the same files), the same TensorBoard scalars under tensorboard/
-(written without TensorFlow), finetune_hparams.json, and with save_finetuned_model the
-encoder + head under finetuned/.
+JAX: native, Hugging Face or TF1 checkpoints, precision fp32 or bf16, every local device
+(--distribution=one_device: the first; --num_cpu_devices=N splits the CPU), or every device of
+several processes (hosts) as in run_pretraining.py: the same command on each with
+--coordinator_address=HOST0:PORT --num_processes=N --process_id=i (--distribution=multi_worker
+alone on a TPU pod slice / SLURM); each reads every feature file and process 0 alone writes
+model_dir. --data_dir, if also given, only checks the leaderboard files against the GLUE test
+sets. What a JAX run writes is what a TensorFlow run writes for GLUE and SQuAD: results/ (the
+same files), the same TensorBoard scalars under tensorboard/ (written without TensorFlow),
+finetune_hparams.json, and with save_finetuned_model the encoder + head under finetuned/.
 """
 from __future__ import annotations
 

@@ -29,7 +29,9 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
   `use_devices`): the state replicated, each train block and each predict batch split along the
   batch axis, the one-device losses. The train batch must divide by the devices
   (`check_batch_size`, a one-line error); a predict batch is rounded up to a multiple of them
-  (the padding rows are dropped).
+  (the padding rows are dropped). Several processes (training/jax_core.py `start_processes`):
+  each reads every feature and feeds its rows of each train and predict batch, gets every
+  prediction back (`predict_step`'s replicated outputs), and process 0 alone writes.
 
 TensorBoard: each trial's scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/` as on
 TensorFlow (train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every

@@ -13,8 +13,8 @@ against the run (vocabulary sha256, max_seq_length, casing, for training double_
 max_train_examples, for SQuAD doc_stride and max_query_length), and nothing is tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
 trains with finetune/jax_trainer.py and never imports TensorFlow, on every local device
 (`keras.distribution.DataParallel`; `num_devices`: training/jax_core.py `jax_num_devices` of the
-driver's --distribution flags); the TensorFlow backend takes it too. Both write the same results
-files.
+driver's --distribution flags), or of several processes (`join_processes`; process 0 writes);
+the TensorFlow backend takes it too. Both write the same results files.
 """
 from __future__ import annotations
 
