@@ -232,7 +232,7 @@ ROWS = [
     Row("p1", "P1:", "P1: ConvBERT-base forward, toolkit / transformers",
         lambda ctx: [py("benchmarks/encoder_vs_hf.py", "--calls", "tf_function", *tiny_or(
             ctx, ["--way", "interleaved", "--size", "tiny", "--shapes", "1x16", "--rounds", "1"],
-            ["--way", "both", "--shapes", "8x128,1x512", "--rounds", "5"]))],
+            ["--way", "both", "--shapes", "8x128,1x512", "--rounds", "3"]))],
         p1_figure, "TF graph, fp32", skip=p1_skip),
     Row("p2", "P2:", "P2: mixed / self-attention block, base, forward",
         lambda ctx: [py("benchmarks/attention_block.py", "--modes", "tf-graph", "--impls",
@@ -242,11 +242,11 @@ ROWS = [
     Row("p3_mlm", "P3: MLM step", "P3: MLM step, small, b16·s128, speed-up over transformers",
         lambda ctx: [py("benchmarks/train_step.py", *tiny_or(
             ctx, ["--tiny", "--rounds", "1", "--batch", "2", "--seq", "32", "--rtd_batch", "2"],
-            ["--rounds", "5"]))], mlm_figure, "TF graph, fp32"),
+            ["--rounds", "3"]))], mlm_figure, "TF graph, fp32"),
     Row("p3_rtd_small", "P3: RTD step, small", "P3: RTD step, small, b16·s128, ConvBERT / ELECTRA",
         lambda ctx: [py("benchmarks/train_step.py", *tiny_or(
             ctx, ["--tiny", "--rounds", "1", "--batch", "2", "--seq", "32", "--rtd_batch", "2"],
-            ["--rounds", "5"]))], rtd_figure, "TF graph, fp32"),
+            ["--rounds", "3"]))], rtd_figure, "TF graph, fp32"),
     Row("p3_rtd_base", "P3: RTD step, base", "P3: RTD step, base, b16·s128, ConvBERT / ELECTRA",
         lambda ctx: [py("benchmarks/train_step.py", "--size", "base", "--skip_mlm", *tiny_or(
             ctx, ["--tiny", "--rounds", "1", "--seq", "32", "--rtd_batch", "2"],
@@ -400,9 +400,9 @@ def refresh_row(row, cells, runner, ctx, machine):
     commands = "; ".join(shown(a, ctx.scratch) for a in argvs)
     entry = dict(row=row.key, command=commands, wall=sum(r["end"] - r["start"] for r in results),
                  before=max(r["before"] for r in results), after=results[-1]["after"])
-    failed = [r["error"] for r in results if r["error"]]
+    failed = [(shown(a).split()[0], r["error"]) for a, r in zip(argvs, results) if r["error"]]
     if failed:
-        reason = f"{shown(argvs[0]).split()[0]} failed, {failed[0]}".replace(")", "]")
+        reason = f"{failed[0][0]} failed, {failed[0][1]}".replace(")", "]")
         reason = reason.replace("(", "[").replace("|", "/")
         cells[1] = mark(cells[1], reason)
         entry["status"] = f"kept: {reason}"
