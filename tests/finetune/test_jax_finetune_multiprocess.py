@@ -1,9 +1,9 @@
 """Fine-tuning on several JAX processes (issue 50 item 3): run_finetuning.py --features_dir on
 KERAS_BACKEND=jax as 2 processes x 2 CPU devices, joined on loopback (training/jax_core.py
-`start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model, 3 steps
-each, 64 tokens) give the same training losses (TensorBoard's train/loss, within 1e-5) and the
-same results files (dev predictions and metrics, SQuAD's answers; the n-best probabilities within
-1e-6). Every process reads the whole features and feeds its rows of each batch; the predictions
+`start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model, 2
+trials of 3 steps each, 64 tokens) give the same training losses (TensorBoard's train/loss,
+within 1e-5), the same results files (dev predictions and metrics, SQuAD's answers; the n-best
+probabilities within 1e-6) and the same fine-tuned MRPC models (1e-6). Every process reads the whole features and feeds its rows of each batch; the predictions
 come back to every process; process 0 alone writes (process 1's model_dir stays empty).
 TensorFlow cannot be imported in any of the processes (tests/finetune/
 test_run_finetuning_features.py's NO_TF_DRIVER)."""
@@ -24,7 +24,7 @@ STEPS = 3
 HPARAMS = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8, "eval_batch_size": 32,
            "predict_batch_size": 32, "max_train_examples": 32, "max_eval_examples": 24,
            "doc_stride": 32, "max_query_length": 16, "beam_size": 5, "qa_hidden_size": 32,
-           "n_best_size": 5, "log_every_steps": 1}
+           "n_best_size": 5, "log_every_steps": 1, "save_finetuned_model": True}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def features(tmp_path_factory):
 def start(features, model_dir, *flags, devices):
     return start_driver(["--features_dir", features, "--task_names", "mrpc,squadv1",
                          "--model_dir", model_dir, "--hparams", json.dumps(HPARAMS),
-                         "--max_train_steps", STEPS, f"--num_cpu_devices={devices}", *flags],
+                         "--max_train_steps", STEPS, "--num_trials=2",
+                         f"--num_cpu_devices={devices}", *flags],
                         "jax")
 
 
@@ -95,27 +96,39 @@ def test_two_processes_match_one(features, tmp_path):
         assert f"JAX distributed: process {i} of 2 (127.0.0.1:" in out
         assert "JAX: 4 cpu device(s) over 2 processes (DataParallel)" in out
     # Process 1 trained and predicted alongside, and wrote nothing (nor said the results).
-    assert "squadv1: step 3/3" in second and "dev exact_match" not in second
+    assert "squadv1 trial 2/2: step 3/3" in second and "dev exact_match" not in second
     assert not other_dir.exists() or files_under(other_dir) == []
 
     files = files_under(one_dir)
-    assert [f for f in files if not f.startswith("tensorboard/")] == [
-        "finetune_hparams.json", "results/mrpc_dev_metrics.json",
-        "results/mrpc_dev_predictions.tsv", "results/squadv1_metrics.json",
-        "results/squadv1_nbest_predictions.json", "results/squadv1_predictions.json"]
+    runs = [f"{task}_trial{k}" for task in ("mrpc", "squadv1") for k in (1, 2)]
+    results = [f for f in files if f.startswith("results/")]
+    assert {"results/mrpc_dev_predictions_trial2.tsv", "results/mrpc_dev_summary.json",
+            "results/squadv1_trial2_predictions.json", "results/squadv1_summary.json"} \
+        <= set(results)
+    assert [f for f in files if f.startswith("finetuned/") and f.endswith(".safetensors")] \
+        == [f"finetuned/mrpc_trial{k}/model.safetensors" for k in (1, 2)]   # GLUE's only
+    board = [f.split("/")[1] for f in files if f.startswith("tensorboard/")]
     assert [f.split("/")[1] for f in files_under(two_dir) if f.startswith("tensorboard/")] \
-        == [f.split("/")[1] for f in files if f.startswith("tensorboard/")] == ["mrpc", "squadv1"]
-    for task in ("mrpc", "squadv1"):
-        reference = train_losses(one_dir / "tensorboard" / task)
+        == board == runs
+    for run in runs:
+        reference = train_losses(one_dir / "tensorboard" / run)
         assert sorted(reference) == list(range(1, STEPS + 1))
-        losses = train_losses(two_dir / "tensorboard" / task)
+        losses = train_losses(two_dir / "tensorboard" / run)
         assert sorted(losses) == sorted(reference)
         np.testing.assert_allclose([losses[s] for s in sorted(losses)],
                                    [reference[s] for s in sorted(reference)], rtol=1e-5)
+    assert [f for f in files_under(two_dir) if not f.startswith("tensorboard/")] \
+        == [f for f in files if not f.startswith("tensorboard/")]
+    from safetensors.numpy import load_file
     for name in files:
         if name.startswith("tensorboard/"):
             continue
-        if name.endswith(".json"):
+        if name.endswith(".safetensors"):
+            weights = [load_file(str(d / name)) for d in (one_dir, two_dir)]
+            assert sorted(weights[0]) == sorted(weights[1])
+            for key, value in weights[0].items():
+                np.testing.assert_allclose(weights[1][key], value, atol=1e-6, err_msg=key)
+        elif name.endswith(".json"):
             assert_close_json(json.loads((one_dir / name).read_text()),
                               json.loads((two_dir / name).read_text()), name)
         else:   # the dev predictions, row by row
