@@ -478,6 +478,10 @@ CASES = [
         d, a, _two_shards(d, a), None, None, f"--coordinator_address=127.0.0.1:{_closed_port()}",
         "--num_processes=2", "--process_id=1", "--distributed_timeout=2")),
        ["the coordinator 127.0.0.1:", "did not answer within 2s"]),
+    _c("flags_coordinator_no_answer_finetune", lambda d, a: _on_jax(_finetune_squad_features(
+        d, a, f"--coordinator_address=127.0.0.1:{_closed_port()}", "--num_processes=2",
+        "--process_id=1", "--distributed_timeout=2")),
+       ["the coordinator 127.0.0.1:", "did not answer within 2s"]),
     _c("flags_files_fewer_than_processes_pretrain", lambda d, a: _on_jax(_pretrain(
         d, a, None, None, None, "--coordinator_address=127.0.0.1:1", "--num_processes=2",
         "--process_id=0")),
