@@ -322,8 +322,10 @@ def shown(argv, scratch=None):
     """A child's command line as the table shows it (repository-relative, no interpreter, the
     refresh's temporary directory as <tmp>)."""
     parts = []
-    for arg in argv[1:]:
+    for previous, arg in zip(argv, argv[1:]):
         text = str(arg).replace(str(REPO) + os.sep, "").replace(str(SHARED), "../shared")
+        if previous == "--electra_dir":
+            text = "<electra checkout>"
         if scratch is not None:
             text = text.replace(str(scratch), "<tmp>")
         if text.startswith("--electra_dir="):   # a checkout somewhere on this machine
@@ -495,7 +497,7 @@ def record(lines, entries, argv, start, end, ctx):
                   "above 0.25 cores, or a run started above load 1.0) is marked in the table."]
     lines += ["", f"### {when(start, end)} UTC" + (f", {head}" if head else "")
               + (" (--tiny)" if ctx.tiny else ""), "",
-              f"Command: `{' '.join(['python', 'benchmarks/refresh.py', *argv])}`; "
+              f"Command: `python {shown(['python', 'benchmarks/refresh.py', *argv])}`; "
               f"{os.cpu_count()} cores; total {end - start:.0f} s.", "",
               "| row | command | wall | load before → after, others' cores | result |", "|---|---|---|---|---|"]
     for e in entries:
