@@ -24,6 +24,10 @@ import sys
 # Gutenberg (user time 6.4 -> 5.9 s, 2026-11-27). Start-up is a third of a small build's wall time
 # (docs/PERFORMANCE.md, the shard builders).
 gc.disable()
+# TensorFlow imports Keras at start-up, and Keras' scikit-learn wrapper imports scikit-learn
+# where it is installed (0.4 s of a 7 s build of all Gutenberg, 2026-11-27); the builder never
+# uses it, and Keras takes its absence as it takes a machine without it.
+sys.modules.setdefault("sklearn", None)
 
 from base.command import parse_known_flags, quiet_tensorflow  # noqa: E402
 quiet_tensorflow()   # no TensorFlow start-up lines (CONVBERT_TF_LOGS=1 shows them)
