@@ -163,6 +163,7 @@ def run(argv=None):
     blocked = fileio.output_dir_error(FLAGS.model_dir, "--model_dir")
     if blocked:
         raise UsageError(blocked)
+    check_flags()
     init = FLAGS.init_checkpoint
     if FLAGS.vocab_file and FLAGS.sp_model:
         raise UsageError("give --vocab_file or --sp_model, not both")
@@ -222,6 +223,40 @@ def run(argv=None):
     with strategy.scope():   # models, optimizer and steps of every task live on the strategy
         run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
     return 0
+
+
+def check_flags():
+    """Flags that cannot work, each refused in one line naming it before any input is read:
+    --train_file / --predict_file beside --features_dir (the features hold SQuAD's windows and
+    dev JSON), a --model_size fine-tuning does not know (pre-training's `tiny` among them), and
+    on JAX the several-process flags (training/jax_core.py `check_process_flags`, as
+    run_pretraining.py); on TensorFlow those are refused whole (training/flags.py)."""
+    if FLAGS.features_dir:
+        for name in ("train_file", "predict_file"):
+            if getattr(FLAGS, name):
+                raise UsageError(f"--{name} is not read with --features_dir (the features hold "
+                                 "SQuAD's windows and dev JSON): make features from it "
+                                 f"(python -m finetune.features --{name}=...) or leave out "
+                                 "--features_dir")
+    if FLAGS.model_size is not None:
+        from finetune.hparams import MODEL_SIZES, resolve_model_size
+        if str(FLAGS.model_size).strip().lower() == "tiny":
+            raise UsageError(
+                "--model_size 'tiny' is run_pretraining.py's demo model, not a fine-tuning size "
+                f"({', '.join(MODEL_SIZES)}, a configs/ name or a ConvBertConfig .json file): "
+                "fine-tune a tiny pre-training with --init_checkpoint=<its model_dir> (the "
+                "checkpoint gives the architecture) and no --model_size")
+        resolve_model_size(FLAGS.model_size, "--model_size")   # HParamsError naming the flag
+    from training.flags import JAX_ONLY_FLAGS, jax_only_flags_error
+    if any(getattr(FLAGS, name) is not None for name in JAX_ONLY_FLAGS):
+        import keras
+        if keras.backend.backend() == "jax":
+            from training.jax_core import check_process_flags
+            check_process_flags(FLAGS.distribution, FLAGS.coordinator_address,
+                                FLAGS.num_processes, FLAGS.process_id,
+                                FLAGS.distributed_timeout)
+        elif jax_only_flags_error(FLAGS):
+            raise UsageError(jax_only_flags_error(FLAGS))
 
 
 def glue_submission():

@@ -259,6 +259,13 @@ def main(argv):
 
 def _main_jax():
     """KERAS_BACKEND=jax: pretrain/jax_trainer.py, TensorFlow never imported."""
+    from training.jax_core import check_process_flags
+    from training.loop import TrainingError
+    try:   # several-process flags that cannot work: before any data is read or written
+        check_process_flags(FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
+                            FLAGS.process_id, FLAGS.distributed_timeout)
+    except TrainingError as e:
+        exit_with_error(e)
     from training.compile_cache import enable_compile_cache
     enable_compile_cache(FLAGS.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError
@@ -268,7 +275,6 @@ def _main_jax():
     from pretrain.jax_trainer import pretrain_jax
     from pretrain.task import input_shares
     from training.jax_core import jax_num_devices, start_processes
-    from training.loop import TrainingError
     try:   # the --distribution flags on JAX; --num_cpu_devices before JAX starts
         num_devices = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                       FLAGS.gcp_project, FLAGS.num_cpu_devices)

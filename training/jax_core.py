@@ -116,6 +116,73 @@ def jax_num_devices(distribution=None, tpu=None, tpu_zone=None, gcp_project=None
 DEFAULT_DISTRIBUTED_TIMEOUT = 300   # seconds: every process of a pod slice starting up
 
 
+def check_process_flags(distribution=None, coordinator_address=None, num_processes=None,
+                        process_id=None, timeout=None):
+    """The several-process flags (training/flags.py) checked before anything starts: no data
+    read, no process joined, nothing written. A TrainingError of one line naming the flag for
+    what cannot work: a --coordinator_address without a host or a port (1..65535), an IPv6 host
+    without brackets, --num_processes < 1, a --process_id outside 0 .. num_processes - 1,
+    --distributed_timeout < 1, or --distribution=one_device with several processes. Returns
+    whether several processes are asked for (`start_processes` joins them). Pure Python: both
+    drivers call it first, and `start_processes` again."""
+    several = (distribution == "multi_worker" or coordinator_address is not None
+               or num_processes is not None or process_id is not None)
+    if not several:
+        return False
+    if distribution == "one_device":
+        raise TrainingError("--distribution=one_device and several processes "
+                            "(--coordinator_address ...) do not go together")
+    if num_processes is not None and num_processes < 1:
+        raise TrainingError(f"--num_processes must be >= 1, got {num_processes}")
+    if process_id is not None and process_id < 0:
+        raise TrainingError(f"--process_id must be >= 0, got {process_id}")
+    if num_processes is not None and process_id is not None and process_id >= num_processes:
+        raise TrainingError(f"--process_id {process_id} is outside 0..{num_processes - 1} "
+                            f"(--num_processes={num_processes}: processes are numbered from 0)")
+    if coordinator_address is not None:
+        _check_coordinator_address(coordinator_address)
+    if timeout is not None and int(timeout) < 1:
+        raise TrainingError(f"--distributed_timeout must be >= 1 second, got {int(timeout)}")
+    return True
+
+
+def _check_coordinator_address(address):
+    """host:port of process 0 (an IPv6 host in brackets: [::1]:1234), else a TrainingError."""
+    text = str(address)
+    example = "host:port of process 0, e.g. 10.0.0.1:1234 (any free port)"
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        raise TrainingError(f"--coordinator_address {text!r}: no port; give {example}")
+    if not host.strip():
+        raise TrainingError(f"--coordinator_address {text!r}: no host; give {example}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise TrainingError(f"--coordinator_address {text!r}: an IPv6 host goes in brackets "
+                            f"([::1]:1234), or the port is missing; give {example}")
+    if not port.lstrip("+-").isdigit():
+        raise TrainingError(f"--coordinator_address {text!r}: port {port!r} is not a number; "
+                            f"give {example}")
+    if not 1 <= int(port) <= 65535:
+        raise TrainingError(f"--coordinator_address {text!r}: port {int(port)} is outside "
+                            f"1..65535; give {example}")
+
+
+def _waiting_line(coordinator_address, num_processes, process_id, timeout):
+    """What a process says once before it waits in `jax.distributed.initialize`."""
+    if not coordinator_address:
+        return (f"waiting for every process to join the coordinator found in the environment "
+                f"(timeout {timeout}s)")
+    if process_id == 0 and num_processes:
+        others = num_processes - 1
+        if not others:
+            return f"starting the coordinator at {coordinator_address} (1 process)"
+        return (f"waiting for {others} more process{'es' if others > 1 else ''} at "
+                f"{coordinator_address} (timeout {timeout}s)")
+    who = "this process" if process_id is None else f"process {process_id}"
+    of = f" of {num_processes}" if num_processes else ""
+    return (f"{who}{of}: waiting for the coordinator at {coordinator_address} and the other "
+            f"processes (timeout {timeout}s)")
+
+
 def start_processes(distribution=None, coordinator_address=None, num_processes=None,
                     process_id=None, timeout=None, log=print):
     """Several processes (hosts) on JAX's own runtime: `jax.distributed.initialize` from the
@@ -128,17 +195,13 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     A coordinator that does not answer, or processes that do not all join within `timeout`
     seconds: one line `error: ...` on stderr and exit status 1, from a timer of ours (JAX
     itself aborts the process with a C++ stack trace at its own deadline, set a little later).
-    Flags JAX finds inconsistent (a process_id out of range, no cluster found): TrainingError."""
-    several = (distribution == "multi_worker" or coordinator_address is not None
-               or num_processes is not None or process_id is not None)
-    if not several:
+    Flags that cannot work (`check_process_flags`, which the drivers call first) and what JAX
+    finds inconsistent (no cluster found): TrainingError. Before it blocks it says once what it
+    waits for, with the address (`log`)."""
+    if not check_process_flags(distribution, coordinator_address, num_processes, process_id,
+                               timeout):
         return 0, 1
-    if distribution == "one_device":
-        raise TrainingError("--distribution=one_device and several processes "
-                            "(--coordinator_address ...) do not go together")
     timeout = DEFAULT_DISTRIBUTED_TIMEOUT if timeout is None else int(timeout)
-    if timeout < 1:
-        raise TrainingError(f"--distributed_timeout must be >= 1 second, got {timeout}")
     import logging
     import threading
     import jax
@@ -150,6 +213,8 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     if not jax.config.values.get("jax_cpu_collectives_implementation"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     where = coordinator_address or "the coordinator found in the environment"
+    # Said once, before blocking: a process waiting for its peers is not a hung one.
+    log(_waiting_line(coordinator_address, num_processes, process_id, timeout))
     timer = threading.Timer(timeout, _joining_timed_out,
                             (coordinator_address, num_processes, process_id, timeout))
     timer.daemon = True
