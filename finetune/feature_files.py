@@ -17,12 +17,15 @@ once and writes them here; a fine-tuning process then reads the arrays back with
 * `manifest.json`, written last: `{"format": 1, "vocab_file", "vocab_sha256", "vocab_size",
   "do_lower_case", "max_seq_length", "double_unordered", "max_train_examples", "doc_stride",
   "max_query_length", "files": {"<task>_<split>": {"task", "split", "examples", "file",
-  "sha256"}}}` (vocab_file is the SentencePiece model for features made with `--sp_model`;
-  doc_stride / max_query_length shape SQuAD windows: only in manifests with SQuAD files).
+  "sha256", "bytes"}}}` (vocab_file is the SentencePiece model for features made with
+  `--sp_model`; doc_stride / max_query_length shape SQuAD windows: only in manifests with SQuAD
+  files; "bytes", the npz's size, is absent from manifests written before it was recorded, which
+  stay readable: their sha256 alone is checked).
 
 Every file goes through base/fileio.py (local paths, gs://, ram://), each written atomically, so
-a reader never sees half a file. `load_split` checks the file's sha256 against the manifest and
-gives the arrays back as `convert_examples_to_features` made them (int32 ids, mask and segments).
+a reader never sees half a file. `load_split` checks the file's size and sha256 against the
+manifest (a file cut short, or changed after the manifest was written, is one line naming it)
+and gives the arrays back as `convert_examples_to_features` made them (int32 ids, mask and segments).
 `check_compatible` lets a run refuse features made with another vocabulary, length or casing.
 Errors are `FeatureFileError` (a `data.errors.DataError`): one line naming the file.
 
@@ -138,7 +141,7 @@ def write_features_file(output_dir, task, split, arrays, guids, vocab_size=None)
     data = buffer.getvalue()
     fileio.write_bytes_atomic(path, data)
     entry = {"task": task, "split": split, "examples": int(len(encoded["guids"])), "file": name,
-             "sha256": hashlib.sha256(data).hexdigest()}
+             "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     return entry, len(data)
 
 
@@ -196,10 +199,15 @@ def read_manifest(features_dir) -> dict:
     files = manifest["files"]
     if not isinstance(files, dict) or not all(
             isinstance(e, dict) and {"file", "sha256", "examples"} <= set(e)
-            for e in files.values()):
+            and isinstance(e["file"], str) and isinstance(e["sha256"], str)
+            and (e.get("bytes") is None or _is_count(e["bytes"])) for e in files.values()):
         raise FeatureFileError(f"{path}: features manifest 'files' is malformed (expected "
-                               f"{{key: {{task, split, examples, file, sha256}}}})")
+                               f"{{key: {{task, split, examples, file, sha256, bytes}}}})")
     return manifest
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _find_entry(manifest, task, split, where):
@@ -219,8 +227,8 @@ def _find_entry(manifest, task, split, where):
 
 
 def _read_npz(features_dir, manifest, task, split, names):
-    """{name: array} of one listed file, its sha256 checked against the manifest; with its path
-    and manifest entry."""
+    """{name: array} of one listed file, its size (where the manifest has it) and sha256 checked
+    against the manifest; with its path and manifest entry."""
     where = manifest_path(features_dir)
     entry = _find_entry(manifest, task, split, where)
     path = fileio.join(features_dir, entry["file"])
@@ -228,11 +236,19 @@ def _read_npz(features_dir, manifest, task, split, names):
         data = fileio.read_bytes(path)
     except (FileNotFoundError, IsADirectoryError):
         raise FeatureFileError(f"{path}: features file not found (listed in {where})") from None
+    size = entry.get("bytes")   # None: a manifest written before sizes were recorded
+    sizes = "" if size is None or len(data) == size else (
+        f"; {len(data):,} bytes where it lists {size:,}"
+        + (", the file cut short" if len(data) < size else ""))
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"]:
         raise FeatureFileError(f"{path}: sha256 {digest} does not match {entry['sha256']} in "
-                               f"{where} (the file changed after the manifest was written; "
-                               f"make the features again)")
+                               f"{where}{sizes} (the file changed after the manifest was "
+                               f"written; make the features again)")
+    if sizes:   # the bytes hash as listed, their size does not: the manifest was changed
+        raise FeatureFileError(f"{path}: {len(data):,} bytes, {where} lists {size:,} (the "
+                               f"manifest changed after the features were written; make the "
+                               f"features again)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             missing = [name for name in names if name not in npz.files]
@@ -288,7 +304,8 @@ def write_squad_features_file(output_dir, task, split, features, dataset_text=No
     fileio.write_bytes_atomic(path, data)
     questions = len(set(int(i) for i in features.example_index))
     entry = {"task": task, "split": split, "kind": "squad", "examples": len(features),
-             "questions": questions, "file": name, "sha256": hashlib.sha256(data).hexdigest()}
+             "questions": questions, "file": name, "sha256": hashlib.sha256(data).hexdigest(),
+             "bytes": len(data)}
     return entry, len(data)
 
 

@@ -350,6 +350,45 @@ def test_sha_mismatch_detected(small):
     assert str(feature_files.manifest_path(small)) in message and "\n" not in message
 
 
+def test_size_recorded_and_checked_older_manifests_readable(small):
+    """Each entry records its npz's size: a file cut short (or a bit flipped) is one line naming
+    it, a manifest listing another size for the same bytes names both; manifests written before
+    sizes were recorded are read as before (their sha256 alone is checked)."""
+    manifest = feature_files.read_manifest(small)
+    where = feature_files.manifest_path(small)
+    npz = small / "rte_dev.npz"
+    data = npz.read_bytes()
+    assert manifest["files"]["rte_dev"]["bytes"] == len(data)
+    npz.write_bytes(data[:len(data) // 2])                  # cut short
+    with pytest.raises(FeatureFileError) as e:
+        feature_files.load_split(small, "rte", "dev")
+    message = str(e.value)
+    assert message.startswith(f"{npz}: sha256 ") and f"{len(data) // 2:,} bytes where it " \
+        f"lists {len(data):,}, the file cut short" in message and "\n" not in message
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x10
+    npz.write_bytes(bytes(flipped))                          # same size, one bit changed
+    with pytest.raises(FeatureFileError, match=r"rte_dev.npz: sha256 .* does not match .*"
+                       r"manifest.json \(the file changed"):
+        feature_files.load_split(small, "rte", "dev")
+    npz.write_bytes(data)
+    manifest["files"]["rte_dev"]["bytes"] = len(data) + 7   # the manifest edited
+    feature_files.write_manifest(small, manifest)
+    with pytest.raises(FeatureFileError) as e:
+        feature_files.load_split(small, "rte", "dev")
+    assert str(e.value).startswith(f"{npz}: {len(data):,} bytes, {where} lists "
+                                   f"{len(data) + 7:,} (the manifest changed")
+    for entry in manifest["files"].values():                 # an older manifest: no sizes
+        del entry["bytes"]
+    feature_files.write_manifest(small, manifest)
+    arrays, guids = feature_files.load_split(small, "rte", "dev")
+    assert len(guids) == ROWS["dev"] and arrays["input_ids"].shape == (ROWS["dev"], MAX_LEN)
+    manifest["files"]["rte_dev"]["bytes"] = "12"             # not a count: malformed
+    feature_files.write_manifest(small, manifest)
+    with pytest.raises(FeatureFileError, match="features manifest 'files' is malformed"):
+        feature_files.read_manifest(small)
+
+
 def test_missing_split_names_manifest(small):
     with pytest.raises(FeatureFileError) as e:
         feature_files.load_split(small, "mrpc", "dev")
@@ -368,7 +407,8 @@ def test_missing_array_detected(small):
     np.savez_compressed(buffer, **kept)
     data = buffer.getvalue()
     (small / "cola_dev.npz").write_bytes(data)
-    manifest["files"]["cola_dev"]["sha256"] = hashlib.sha256(data).hexdigest()
+    manifest["files"]["cola_dev"].update(sha256=hashlib.sha256(data).hexdigest(),
+                                         bytes=len(data))
     feature_files.write_manifest(small, manifest)
     with pytest.raises(FeatureFileError) as e:
         feature_files.load_split(small, "cola", "dev")
