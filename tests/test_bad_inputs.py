@@ -264,6 +264,26 @@ def _finetune_squad_features(d, a, *extra):
         '--hparams={"doc_stride": 32, "max_query_length": 16}', *extra]
 
 
+def _damaged_features(d, a, damage):
+    """KERAS_BACKEND=jax run_finetuning.py over _squad_features once `damage(<d>/features)` has
+    changed a file of them (the features as another process or a bad copy left them)."""
+    argv = _on_jax(_finetune_squad_features(d, a))
+    damage(d / "features")
+    return argv
+
+
+def _flip_a_bit(path):
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+
+
+def _manifest_lists_another_sha256(features, key="squadv1_train"):
+    manifest = json.loads((features / "manifest.json").read_text())
+    manifest["files"][key]["sha256"] = hashlib.sha256(b"another build").hexdigest()
+    (features / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def _lm(d, a, *extra, train=None):
     train = train or _write(d / "text" / "train.txt", " ".join(WORDS * 20) + "\n")
     return _script("run_lm.py") + [
@@ -432,6 +452,19 @@ CASES = [
         d, a, '--hparams={"doc_stride": 64, "max_query_length": 16}'),
        lambda d, a: [str(d / "features" / "manifest.json"), "doc_stride 32",
                      "this run asks for 64"]),
+    # Feature files damaged after their manifest was written (KERAS_BACKEND=jax): the npz's
+    # size and sha256 against the manifest's, before any model is built.
+    _c("squad_features_truncated_npz_jax", lambda d, a: _damaged_features(
+        d, a, lambda f: _truncate(f / "squadv1_train.npz")),
+       lambda d, a: [str(d / "features" / "squadv1_train.npz"), "cut short"]),
+    _c("squad_features_bit_flip_npz_jax", lambda d, a: _damaged_features(
+        d, a, lambda f: _flip_a_bit(f / "squadv1_dev.npz")),
+       lambda d, a: [str(d / "features" / "squadv1_dev.npz"), "sha256",
+                     str(d / "features" / "manifest.json")]),
+    _c("squad_features_manifest_other_sha256_jax", lambda d, a: _damaged_features(
+        d, a, _manifest_lists_another_sha256),
+       lambda d, a: [str(d / "features" / "squadv1_train.npz"), "does not match",
+                     hashlib.sha256(b"another build").hexdigest()]),
     # ---- checkpoints --------------------------------------------------------------------------
     _c("checkpoint_other_size_convert", lambda d, a: _convert(d, a["ckpt"], "--config=small"),
        lambda d, a: [str(a["ckpt"]), "another size"]),
@@ -486,6 +519,27 @@ CASES = [
         d, a, None, None, None, "--coordinator_address=127.0.0.1:1", "--num_processes=2",
         "--process_id=0")),
        lambda d, a: [str(a["shards"]), "1 TFRecord file(s) do not split evenly over 2 processes"]),
+    # Several-process flags that cannot work (training/jax_core.py check_process_flags): one
+    # line naming the flag before any data is read or any process joined.
+    _c("flags_coordinator_no_port_pretrain", lambda d, a: _on_jax(_pretrain(
+        d, a, _two_shards(d, a), None, None, "--coordinator_address=localhost",
+        "--num_processes=2", "--process_id=1")),
+       ["--coordinator_address 'localhost': no port"]),
+    _c("flags_coordinator_port_out_of_range_finetune", lambda d, a: _on_jax(
+        _finetune_squad_features(d, a, "--coordinator_address=127.0.0.1:70000",
+                                 "--num_processes=2", "--process_id=1")),
+       ["--coordinator_address '127.0.0.1:70000'", "port 70000 is outside 1..65535"]),
+    _c("flags_num_processes_zero_pretrain", lambda d, a: _on_jax(_pretrain(
+        d, a, None, None, None, "--num_processes=0")), ["--num_processes", "got 0"]),
+    _c("flags_process_id_out_of_range_finetune", lambda d, a: _on_jax(_finetune_squad_features(
+        d, a, "--coordinator_address=127.0.0.1:1", "--num_processes=2", "--process_id=2")),
+       ["--process_id 2 is outside 0..1"]),
+    _c("flags_predict_file_with_features_finetune", lambda d, a: _on_jax(
+        _finetune_squad_features(d, a, f"--predict_file={_write(d / 'dev.json', _squad())}")),
+       ["--predict_file", "--features_dir"]),
+    _c("flags_model_size_tiny_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}", "--model_size=tiny"),
+       ["--model_size 'tiny'", "small, medium-small, base"]),
     # ---- the builders as a Beam pipeline (--runner=DirectRunner) ------------------------------
     _beam_c("corpus_missing_dir_builder_beam", lambda d, a: _builder(d, a, d / "no_corpus"),
             lambda d, a: [str(d / "no_corpus"), "not found"]),
