@@ -25,7 +25,8 @@ once and writes them here; a fine-tuning process then reads the arrays back with
 Every file goes through base/fileio.py (local paths, gs://, ram://), each written atomically, so
 a reader never sees half a file. `load_split` checks the file's size and sha256 against the
 manifest (a file cut short, or changed after the manifest was written, is one line naming it)
-and gives the arrays back as `convert_examples_to_features` made them (int32 ids, mask and segments).
+and gives the arrays back as `convert_examples_to_features` made them (int32 ids, mask and
+segments).
 `check_compatible` lets a run refuse features made with another vocabulary, length or casing.
 Errors are `FeatureFileError` (a `data.errors.DataError`): one line naming the file.
 
