@@ -86,6 +86,9 @@ class PretrainingHParams:
     # linear decay over it) and the run stops after num_train_steps: a short run on the official
     # schedule's first steps (docs/PRETRAINING.md "Mind the learning rate on short runs")
     lr_schedule_steps: int = 0
+    # > 0: the learning rate also falls linearly to 0 over the run's last lr_cooldown_steps steps
+    # (a short run on the official schedule that still ends at 0: the GPU run's recipe)
+    lr_cooldown_steps: int = 0
     train_batch_size: Optional[int] = None  # None: per size; the GLOBAL batch
     max_seq_length: int = 128
     clip_norm: float = 1.0
@@ -242,7 +245,7 @@ def _check_types(hp):
                  "max_position_embeddings",
                  "conv_kernel_size", "head_ratio", "linear_groups", "shuffle_buffer"):
         positive_int(name)
-    for name in ("num_warmup_steps", "lr_schedule_steps", "input_shares"):
+    for name in ("num_warmup_steps", "lr_schedule_steps", "lr_cooldown_steps", "input_shares"):
         v = getattr(hp, name)
         need(isinstance(v, int) and not isinstance(v, bool) and v >= 0,
              f"{name} must be an integer >= 0, got {v!r}")
@@ -292,7 +295,8 @@ def make_hparams(model_size=None, overrides=None, flag_overrides=None):
     except TypeError as e:  # pragma: no cover - keys are checked above
         raise HParamsError(str(e)) from None
     # JSON gives floats for ints written as 1e6; accept integral floats for integer fields.
-    for name in ("num_train_steps", "num_warmup_steps", "lr_schedule_steps", "train_batch_size",
+    for name in ("num_train_steps", "num_warmup_steps", "lr_schedule_steps", "lr_cooldown_steps",
+                 "train_batch_size",
                  "save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps",
                  "steps_per_loop", "max_seq_length", "max_predictions_per_seq", "seed"):
         v = getattr(hp, name)
@@ -338,4 +342,4 @@ def train_settings(hp):
         log_every=hp.log_every_n_steps, steps_per_loop=hp.steps_per_loop,
         save_every=hp.save_checkpoints_steps,
         keep_checkpoints=hp.keep_checkpoint_max, export_on_save=hp.export_on_save,
-        schedule_steps=hp.lr_schedule_steps or None)
+        schedule_steps=hp.lr_schedule_steps or None, cooldown_steps=hp.lr_cooldown_steps)

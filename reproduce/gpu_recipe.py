@@ -6,19 +6,26 @@ learning-rate schedule, and the hyper-parameters each stage hands the training c
   bf16) for the number of steps the plan affords (reproduce/gpu_plan.py), then fine-tuned with
   the official settings (lr 3e-4, layer-wise decay 0.8, batch 32, 3 epochs, RTE/STS-B 10), SST-2
   capped at one epoch;
-* `SMOKE`: a 1-layer, 32-wide model, 4 pre-training steps and 3 fine-tuning steps per task on the
-  same code path (the CPU check in CI).
+* `REHEARSAL`: the GPU call's own path and structure (the plan from timed steps, 25-step blocks,
+  eight held-out points, three seeds over two calls, task-major fine-tuning, the collapse stop)
+  on a 1-layer, 32-wide model in fp32 with a 10-step warm-up, fine-tuning capped at 30 steps and
+  32 dev examples a task: the CPU rehearsal in CI (`bash scripts/gpu_run.sh --rehearse`);
+* `SMOKE`: the same tiny model, 4 pre-training steps and 3 fine-tuning steps per task, for the
+  CPU checks of the side scripts (reproduce/gpu_random_finetune.py, gpu_rtd_probe.py).
 
-The pre-training schedule is made for the budget: a linear warm-up over `warmup_steps` towards
-`peak_lr`, times a linear decay that reaches 0 at the planned last step (the official code's
-form, training/optimization.py `LinearWarmupLinearDecay`; budget-limited BERT recipes end their
-decay at the budget's last step the same way: Izsak et al. 2021, Geiping & Goldstein 2022). The
-warm-up is ELECTRA-small's official 10,000 steps, the one ramp the GPU probes found safe
+The pre-training schedule is made for the budget: ELECTRA-small's official schedule (linear
+warm-up over 10,000 steps towards 5e-4, times a linear decay to 0 at step 1,000,000:
+training/optimization.py `LinearWarmupLinearDecay`), followed for the first (1 -
+`cooldown_fraction`) of the run, then a linear cool-down to 0 at the planned last step over its
+last `cooldown_fraction` (the "warm-up, stable, decay" form of budget-limited recipes). At every
+step the rate is at or below the official schedule's, the one ramp the GPU probes found safe
 (docs/RESULTS.md §13.1: 5e-4 reached within 180 steps collapsed both discriminators; a ramp 10x
-slower learned, then lost AUC once the lr passed ~7e-5; §13.2: the official ramp learned). A run
-shorter than twice the warm-up peaks at its middle, at peak x steps / (4 x warm-up).
-`reproduce/gpu_rtd_probe.py` compares shorter warm-ups and other peaks at the planned length on
-a GPU (docs/GPU.md): a shorter one has to earn its place there.
+faster than the official one learned, then lost AUC once the lr passed ~7e-5; §13.2: the official
+ramp learned), and it reaches as high as that allows in the planned length: a run of N steps
+shorter than the warm-up peaks where its cool-down starts, at 5e-4 x 0.8 N / 10,000 x (1 - 0.8 N /
+1,000,000) (6,500 steps: 2.59e-4 at step 5,201; the earlier form, a decay from step 0 to the
+planned end, peaked at 8.1e-5). `reproduce/gpu_rtd_probe.py` compares schedules at the planned
+length on a GPU (docs/GPU.md): another one has to earn its place there.
 
 A model whose held-out discriminator AUC falls to the prior stops pre-training and is not
 fine-tuned (`collapse_margin`, reproduce/gpu_stages.collapse).
@@ -42,10 +49,12 @@ class GpuRecipe:
     pretrain: dict              # PretrainingHParams overrides (both models)
     finetune: dict              # FinetuneHParams overrides (every model, task)
     # The pre-training schedule: linear warm-up over warmup_steps (0: warmup_fraction of the
-    # run) times a linear decay to 0 at step schedule_steps (0: the run's planned last step).
+    # run) times a linear decay to 0 at step schedule_steps (0: the run's planned last step),
+    # times a linear cool-down to 0 at the planned last step over its last cooldown_fraction.
     warmup_steps: int = 10_000
     warmup_fraction: float = 0.1
-    schedule_steps: int = 0
+    schedule_steps: int = 1_000_000
+    cooldown_fraction: float = 0.2
     sst_epochs: float = 1.0
     max_trials: int = 3            # fine-tuning seeds per model x task
     heldout_examples: int = 256
@@ -54,8 +63,13 @@ class GpuRecipe:
     throughput_steps: int = 10
     steps_per_loop: int = 25
     fixed_steps: int = 0           # smoke: no planning, this many steps
+    min_pretrain_steps: int = 100  # the plan never gives pre-training fewer (gpu_plan)
+    max_pretrain_steps: int = 0    # ... nor more (0: no cap; the rehearsal's CPU time)
     min_pretrain_share: float = 0.5   # of the seconds left after compiling (gpu_plan)
-    max_eval_examples: int = 0     # smoke: first N dev examples
+    max_eval_examples: int = 0     # smoke, rehearsal: first N dev examples
+    # What a run must reach before its results.md may read as an answer (gpu_report): below
+    # these, its first line says its numbers answer nothing.
+    answers_from: tuple = (("pretraining steps", 1000), ("seeds", 3), ("dev examples", 250))
     # Collapse stop (reproduce/gpu_stages.collapse): a held-out point whose discriminator AUC is
     # at most 0.5 + collapse_margin after an earlier point reached learned_auc, or at or past
     # the run's middle, stops that model's pre-training. None: no check.
@@ -67,26 +81,36 @@ class GpuRecipe:
         return self.warmup_steps or int(self.warmup_fraction * max(1, steps))
 
     def schedule_length(self, steps):
-        """The step at which the learning rate reaches 0 in a run of `steps` steps."""
+        """The step at which the schedule's decay reaches 0 in a run of `steps` steps."""
         return self.schedule_steps or max(1, steps)
 
+    def cooldown(self, steps):
+        """The steps of the cool-down that ends a run of `steps` steps (0: none)."""
+        return int(round(self.cooldown_fraction * max(1, steps))) if self.cooldown_fraction \
+            else 0
+
     def lr_at(self, step, steps):
-        """The learning rate of update `step` (0-based) in a run of `steps` steps."""
-        warmup, total = self.warmup(steps), self.schedule_length(steps)
+        """The learning rate of update `step` (0-based) in a run of `steps` steps: what
+        training/optimization.py `LinearWarmupLinearDecay` computes for pretrain_hparams'
+        settings (a test checks them against each other at every step)."""
+        warmup, total, cool = self.warmup(steps), self.schedule_length(steps), \
+            self.cooldown(steps)
         ramp = min(1.0, step / warmup) if warmup else 1.0
-        return self.pretrain["learning_rate"] * ramp * max(0.0, 1 - step / total)
+        fall = min(1.0, max(0.0, (steps - step) / cool)) if cool else 1.0
+        return self.pretrain["learning_rate"] * ramp * max(0.0, 1 - step / total) * fall
 
     def lr_schedule(self, steps):
         """The pre-training learning-rate schedule of a run of `steps` steps, as the reports
-        state it: {"peak_lr", "warmup_steps", "schedule_steps" (where it reaches 0),
-        "highest_lr" (what the run reaches), "highest_at"}."""
-        warmup, total = self.warmup(steps), self.schedule_length(steps)
-        # peak * min(1, s / warmup) * (1 - s / total) is largest at s = total / 2 when that is
-        # inside the warm-up, else at the warm-up's end; never past the run's last update
-        at = int(min(steps - 1, total // 2 if total / 2 <= warmup else warmup))
-        return {"peak_lr": self.pretrain["learning_rate"], "warmup_steps": warmup,
-                "schedule_steps": total, "highest_lr": float(f"{self.lr_at(at, steps):.3g}"),
-                "highest_at": at}
+        state it: {"peak_lr", "warmup_steps", "schedule_steps" (where the decay reaches 0),
+        "cooldown_steps", "highest_lr" (what the run reaches), "highest_at" (the step, counted
+        from 1, whose update uses it: the held-out table's convention)}."""
+        steps = max(1, int(steps))
+        rates = [self.lr_at(s, steps) for s in range(steps)]
+        at = max(range(steps), key=rates.__getitem__)
+        return {"peak_lr": self.pretrain["learning_rate"], "warmup_steps": self.warmup(steps),
+                "schedule_steps": self.schedule_length(steps),
+                "cooldown_steps": self.cooldown(steps),
+                "highest_lr": float(f"{rates[at]:.3g}"), "highest_at": at + 1}
 
     def fingerprint(self):
         """A short hash of every field: what a work folder was made for (gpu_work.py)."""
@@ -108,11 +132,14 @@ def schedule_text(schedule, steps):
     if schedule["schedule_steps"] == steps:
         end = f"reaching 0 at the run's last step ({steps:,})"
     else:
-        end = (f"reaching 0 at step {schedule['schedule_steps']:,} (the run trains its first "
-               f"{steps:,} steps)")
+        end = f"reaching 0 at step {schedule['schedule_steps']:,}"
+    cool = (f", then a linear cool-down to 0 over the run's last {schedule['cooldown_steps']:,} "
+            f"steps (it trains {steps:,})" if schedule.get("cooldown_steps") else
+            ("" if schedule["schedule_steps"] == steps else f" (the run trains its first "
+                                                            f"{steps:,} steps)"))
     return (f"Pre-training learning rate: linear warm-up over {schedule['warmup_steps']:,} steps "
-            f"towards {schedule['peak_lr']:g}, times a linear decay {end}; the highest rate "
-            f"reached is {schedule['highest_lr']:.3g}, at step {schedule['highest_at']:,}.")
+            f"towards {schedule['peak_lr']:g}, times a linear decay {end}{cool}; the highest "
+            f"rate reached is {schedule['highest_lr']:.3g}, at step {schedule['highest_at']:,}.")
 
 
 GPU_BUDGET = GpuRecipe(
@@ -136,6 +163,21 @@ SMOKE = dataclasses.replace(
     max_trials=2, heldout_examples=16, evaluations=2, throughput_rounds=2, throughput_steps=2,
     steps_per_loop=2, fixed_steps=4, max_eval_examples=32,
     collapse_margin=None)     # 4 steps on 16 held-out sequences: an AUC near 0.5 says nothing
+# The GPU call's structure at a size the CPU affords: the plan from timed steps, 25-step blocks,
+# 8 held-out points, 3 seeds over two calls, task-major fine-tuning, the collapse stop, the
+# official schedule's form. Smaller: the model, the batch, fine-tuning (30 steps a trial, 32 dev
+# examples), 100 pre-training steps at most, one throughput round, fp32 (XLA's CPU bf16 code compiles and runs ~2x slower: the
+# precision changes the programs' numbers, not their structure) and a 10-step warm-up, so that
+# the tiny model learns something in its ~100 steps and the collapse stop has a real curve to
+# judge, not the prior.
+REHEARSAL = dataclasses.replace(
+    GPU_BUDGET, name="rehearsal",
+    pretrain=dict(GPU_BUDGET.pretrain, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
+                  precision="fp32"),
+    finetune=dict(GPU_BUDGET.finetune, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
+                  eval_batch_size=16, max_train_steps=30, precision="fp32"),
+    warmup_steps=10, heldout_examples=32, throughput_rounds=1, max_eval_examples=32,
+    max_pretrain_steps=100)
 
 
 def pretrain_hparams(recipe, bundle, model, steps, seed=0):
@@ -146,17 +188,21 @@ def pretrain_hparams(recipe, bundle, model, steps, seed=0):
     if model == "electra":
         arch.update(ELECTRA_ARCHITECTURE)
     steps = max(1, steps)
+    # Log and save intervals are whole blocks of steps_per_loop steps, whatever the run's length:
+    # the program is compiled for blocks of that many (training/loop.py largest_call) before the
+    # plan chooses the length, and serves every length from then on.
+    block = max(1, recipe.steps_per_loop)
+    log_every = min(overrides.get("log_every_n_steps", 100), steps // 20)  # ~20 log lines
     return make_hparams(overrides={
         **overrides, "model_hparam_overrides": arch, "model_name": model,
         "num_train_steps": steps, "num_warmup_steps": recipe.warmup(steps),
-        "lr_schedule_steps": recipe.schedule_steps,
+        "lr_schedule_steps": recipe.schedule_steps, "lr_cooldown_steps": recipe.cooldown(steps),
         "vocab_size": bundle["vocab_size"], "seed": seed,
         "max_seq_length": bundle["max_seq_length"],
-        "steps_per_loop": recipe.steps_per_loop,
-        "save_checkpoints_steps": max(1, steps // recipe.evaluations),
+        "steps_per_loop": block,
+        "save_checkpoints_steps": block * max(1, steps // (recipe.evaluations * block)),
         "keep_checkpoint_max": 1,
-        # ~20 points on the training curves whatever the run's length
-        "log_every_n_steps": max(1, min(overrides.get("log_every_n_steps", 100), steps // 20))})
+        "log_every_n_steps": block * max(1, log_every // block)})
 
 
 def finetune_hparams(recipe, task, seed=0, fraction=1.0, num_train_examples=None):

@@ -35,31 +35,89 @@ def collect(run):
             "pretraining_helps": report.pretraining_helps(glue), "glue_by_step": {},
             "convbert_vs_electra": report.compare_models(glue, "convbert", "electra"),
             "elapsed_s": round(run.clock.elapsed(), 1)}
-    steps = (data.get("plan") or {}).get("steps")
-    if steps:
+    reached = [p["global_step"] for p in data["pretraining"].values() if p]
+    if reached:
+        # what the models reached (a stopped one reached fewer), not what the plan asked for
+        steps = min(reached)
         tokens = steps * run.recipe.pretrain["train_batch_size"] * \
             run.recipe.pretrain["max_seq_length"]
         data["budget_used"] = {"steps": steps, "tokens": tokens,
-                               "fraction_of_official": tokens / OFFICIAL_SMALL_TOKENS}
+                               "fraction_of_official": tokens / OFFICIAL_SMALL_TOKENS,
+                               "steps_per_model": {m: p["global_step"]
+                                                   for m, p in data["pretraining"].items() if p}}
+    data["answers_nothing"] = shortfalls(data, run.recipe)
     return data
 
 
+def shortfalls(data, recipe):
+    """Why this run's numbers answer nothing, in words ([] when they may): a check of the path
+    (a recipe other than the GPU run's), or a run below the recipe's stated minimum of
+    pre-training steps, seeds or dev examples scored per task."""
+    out = []
+    if recipe.name != "gpu_budget":
+        out.append(f"recipe `{recipe.name}` is a check of the path on a tiny model")
+    need = dict(recipe.answers_from)
+    steps = (data.get("budget_used") or {}).get("steps", 0)
+    if steps < need.get("pretraining steps", 0):
+        out.append(f"{steps:,} pre-training steps (fewer than {need['pretraining steps']:,})")
+    if data.get("num_trials", 0) < need.get("seeds", 0):
+        out.append(f"{data.get('num_trials', 0)} seed(s) per task (fewer than {need['seeds']})")
+    dev = data.get("dev_examples") or {}
+    small = [t for t, n in dev.items() if n < need.get("dev examples", 0)]
+    if small:
+        out.append(f"{', '.join(small)} scored on fewer than {need['dev examples']} dev "
+                   "examples")
+    return out
+
+
 def answer(data):
-    """results.md's opening: the pre-training length beside the anchors, collapse stops."""
-    lines = [f"# What pre-training buys on GLUE: GPU run, recipe `{data['scale']}`", ""]
+    """results.md's opening: whether its numbers answer anything (the first line says so when
+    they do not), the pre-training length beside the anchors, collapse stops, the dev examples
+    scored, the cells not run."""
+    nothing = data.get("answers_nothing")
+    title = f"# What pre-training buys on GLUE: GPU run, recipe `{data['scale']}`"
+    if nothing:
+        title += " (its numbers answer nothing)"
+    lines = [title, ""]
+    if nothing:
+        lines += ["**These numbers answer nothing**: " + "; ".join(nothing) + ".", ""]
     used = data.get("budget_used")
     if used:
-        lines += [f"**Pre-training**: {used['steps']:,} steps per model "
-                  f"({used['tokens']:,} tokens each: {100 * used['fraction_of_official']:.2f}% of "
-                  f"ELECTRA-small's official budget, {OFFICIAL_SMALL_STEPS:,} steps x 128 x "
+        per_model = used.get("steps_per_model") or {}
+        differ = len(set(per_model.values())) > 1
+        lines += [f"**Pre-training**: {used['steps']:,} steps per model"
+                  + (" (" + ", ".join(f"{report.MODEL_TITLES[m]} {s:,}"
+                                      for m, s in per_model.items()) + ")" if differ else "")
+                  + f" ({used['tokens']:,} tokens each: {100 * used['fraction_of_official']:.2f}% "
+                  f"of ELECTRA-small's official budget, {OFFICIAL_SMALL_STEPS:,} steps x 128 x "
                   "128).", ""]
+    compiled = [c for call in data.get("calls") or []
+                for c in call.get("compiles_after_compile_stage") or []]
+    if compiled:
+        lines += [f"**{len(compiled)} program(s) compiled after the compile stage "
+                  f"({sum(c['seconds'] for c in compiled):.1f}s of the budget): "
+                  + ", ".join(sorted({c['program'] for c in compiled})) + ".**", ""]
     verdict = answer_line(data)
     if verdict:
         lines += [verdict, ""]
     for model, p in data.get("pretraining", {}).items():
-        if p.get("collapsed"):
+        if p and p.get("collapsed"):
             lines += [f"**{report.MODEL_TITLES[model]}: pre-training stopped at step "
                       f"{p['global_step']:,}: {p['collapsed']}. Not fine-tuned.**", ""]
+    dev = data.get("dev_examples")
+    if dev:
+        lines += ["GLUE dev examples scored per task: " + ", ".join(
+            f"{t} {n:,}" + (f" of {data['dev_examples_full'][t]:,}"
+                            if data.get("dev_examples_full", {}).get(t, n) != n else "")
+            for t, n in dev.items()) + ".", ""]
+    not_run = data.get("cells_not_run")
+    if not_run:
+        by_seed = {}
+        for cell in not_run:
+            by_seed.setdefault(cell["seed"], []).append(cell["task"])
+        lines += ["Not run (the budget ended first; every model of a task or none): " + "; ".join(
+            f"seed {seed}: {', '.join(tasks)}" for seed, tasks in sorted(by_seed.items()))
+            + ".", ""]
     lines += ["Published anchors, GLUE dev (Clark et al. 2020; each an average over GLUE's dev "
               "tasks, MNLI, QQP and QNLI among them, not these five: a scale, not a "
               "comparison): " + "; ".join(f"{name} {score}" for name, score in ANCHORS) + ".",
@@ -79,7 +137,9 @@ def answer_line(data):
                 for m in data["models"] if glue.get(m)]
     if data["num_trials"] < 2:
         wins = []           # no spread to beat: report.pretraining_helps would count any margin
-    return (f"**Answer** ({data['num_trials']} seed(s) per task): "
+    head = ("**Numbers** (not an answer: see above)" if data.get("answers_nothing")
+            else "**Answer**")
+    return (f"{head} ({data['num_trials']} seed(s) per task): "
             + ("pre-training beats random init beyond the seed spread: " + "; ".join(wins)
                + ". " if wins else "")
             + "GLUE average of the medians: " + ", ".join(averages) + ".")
@@ -96,7 +156,8 @@ def details(data, recipe):
                   "it exceeds the larger std): " + ", ".join(
                       f"{t} {d['difference']:+.1f}{' (beyond)' if d['beyond_spread'] else ''}"
                       for t, d in versus.items()) + ".", ""]
-    curves = {m: p["heldout"] for m, p in data.get("pretraining", {}).items() if p["heldout"]}
+    curves = {m: p["heldout"] for m, p in data.get("pretraining", {}).items()
+              if p and p["heldout"]}
     if curves:
         steps = (data.get("plan") or {}).get("steps")
         points = sorted({h["step"] for c in curves.values() for h in c})
@@ -115,9 +176,13 @@ def details(data, recipe):
     lines += ["## How the run went", ""]
     tp = data.get("throughput")
     if tp:
-        lines += [f"Device: {tp['device']} ({tp['platform']}), JAX {tp['jax']}; budget "
-                  f"{data['budget_s']:.0f}s, elapsed {data['elapsed_s']:.0f}s; stages (s): "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in data.get("stage_seconds", {}).items()),
+        calls = data.get("calls") or []
+        lines += [f"Device: {tp['device']} ({tp['platform']}), JAX {tp['jax']}; "
+                  + "; ".join(f"call {c['call']} ({c.get('started', '?')}): budget "
+                              f"{c['budget_s']:.0f}s, elapsed {c['elapsed_s']:.0f}s, stages (s) "
+                              + ", ".join(f"{k} {v:.0f}" for k, v in c["stage_seconds"].items())
+                              + ("" if c.get("finished") else " (did not finish)")
+                              for c in calls),
                   "", f"RTD pre-training throughput, {tp['precision']}, batch {tp['batch']} x "
                   f"{tp['seq_len']}:", "",
                   "| model | step (ms) | sequences/s | MFU | compiled after (s) |",

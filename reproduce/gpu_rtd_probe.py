@@ -3,15 +3,18 @@ on the run's own step (reproduce/gpu_budget.py), variants of the schedule from t
 weights, each ending with how input-dependent the discriminator still is.
 
     KERAS_BACKEND=jax python -m reproduce.gpu_rtd_probe --model=electra --precision=bf16 \
-        [--steps=10000] [--variants=warmup10000,warmup5000,warmup2000@3e-4] [--output=F.json]
+        [--steps=10000] [--variants=recipe,warmup10000,warmup5000] [--output=F.json]
 
 Each variant trains `--steps` steps of the gpu_budget recipe (reproduce/gpu_recipe.py: batch
 128 x 128, generator 1/4, the bundle's examples in the run's order). The budget schedules, the
 run's own form at the planned length `--steps` (give the number of steps the run's plan prints):
 
+* `recipe`: the run's own schedule (reproduce/gpu_recipe.py: ELECTRA-small's official schedule
+  for the first 80% of the run, then a linear cool-down to 0 at its last step): the one to check
+  at the planned length;
 * `warmup<W>[@<peak>]`: linear warm-up over W steps towards the peak (default the recipe's,
-  5e-4), times a linear decay that reaches 0 at the last step. `warmup10000` is the recipe's
-  (ELECTRA-small's official warm-up: the known-safe ramp); a shorter one has to earn its place.
+  5e-4), times a linear decay that reaches 0 at the last step (the run's earlier form, which
+  peaked at 5e-4 x N / 40,000 for N below 20,000); a shorter warm-up has to earn its place.
 
 With `--schedule_steps=N` (> 0) the variants of docs/RESULTS.md §13.1 instead, on the schedule of
 an N-step run stopped after `--steps`:
@@ -54,6 +57,8 @@ def variant_schedule(name, steps, schedule_steps, peak_lr):
     """(warm-up steps, peak lr, schedule length) of variant `name`: `warmup<W>[@<peak>]` at the
     planned length `steps` (schedule_steps 0), or one of SCHEDULE_VARIANTS of a
     `schedule_steps` schedule."""
+    if name == "recipe":
+        return None         # the run's own schedule (reproduce/gpu_recipe.py), as it trains
     if schedule_steps:
         if name not in SCHEDULE_VARIANTS:
             raise VariantError(f"unknown variant {name!r} with --schedule_steps; one of "
@@ -138,7 +143,7 @@ def main(argv=None):
                     help="steps per variant: the planned length of the run")
     ap.add_argument("--schedule_steps", type=int, default=0,
                     help="> 0: §13.1's variants (run, warmup10x, lowlr) of this long a schedule")
-    ap.add_argument("--variants", default="warmup10000,warmup5000,warmup2000")
+    ap.add_argument("--variants", default="recipe,warmup10000,warmup5000")
     ap.add_argument("--points", type=int, default=3)
     ap.add_argument("--heldout_examples", type=int, default=256)
     ap.add_argument("--collapse_margin", type=float, default=None,
@@ -209,14 +214,18 @@ def main(argv=None):
     except Exception:      # noqa: BLE001 - a label only
         pass
     for name in variants:
-        warmup, peak, length = variant_schedule(name, args.steps, args.schedule_steps,
-                                                hp.learning_rate)
+        schedule = variant_schedule(name, args.steps, args.schedule_steps, hp.learning_rate)
         for group, values in zip(core.task_variables(), initial):
             for variable, value in zip(group, values):
                 variable.assign(value)
-        hp_v = dataclasses.replace(hp, learning_rate=peak, num_warmup_steps=warmup)
-        core.set_settings(dataclasses.replace(            # a `length`-step schedule,
-            train_settings(hp_v), schedule_steps=length,    # stopped after `steps`
+        if schedule is None:     # "recipe": the run's settings' schedule
+            hp_v, length, cooldown = hp, hp.lr_schedule_steps, hp.lr_cooldown_steps
+        else:                    # a `length`-step schedule, stopped after `steps`
+            warmup, peak, length = schedule
+            hp_v = dataclasses.replace(hp, learning_rate=peak, num_warmup_steps=warmup)
+            cooldown = 0
+        core.set_settings(dataclasses.replace(
+            train_settings(hp_v), schedule_steps=length, cooldown_steps=cooldown,
             total_steps=args.steps, save_every=max(1, args.steps // args.points),
             log_every=max(1, args.steps // 10), steps_per_loop=min(25, max(1, args.steps // 10))))
         core.label = f"{args.model} {name}"
@@ -243,6 +252,7 @@ def main(argv=None):
         spread = hidden_spread(task.pretrainer, heldout)
         out["variants"][name] = {"warmup_steps": hp_v.num_warmup_steps,
                                  "peak_lr": hp_v.learning_rate, "schedule_steps": length,
+                                 "cooldown_steps": cooldown,
                                  "points": points, **spread, "collapsed": collapsed,
                                  "seconds": round(time.time() - start, 1)}
         log(f"{name}: {json.dumps(spread)}")

@@ -103,9 +103,21 @@ class Inputs:
         held = load_arrays(os.path.join(bundle_dir, bundle["heldout_file"]))
         self.heldout = heldout_eval.masked_heldout(
             {k: v[:recipe.heldout_examples] for k, v in held.items()}, **bundle["special_ids"])
+        self.bundle_dir, self.bundle = bundle_dir, bundle
         self.features = load_features(bundle_dir, bundle, recipe, tasks)
         self.batch = next(array_batches(self.train, recipe.pretrain["train_batch_size"],
                                         seed=12345))
+
+    def dev_examples(self):
+        """({task: dev examples scored}, {task: dev examples in the bundle}): what the report
+        names."""
+        from finetune import feature_files
+        directory = os.path.join(self.bundle_dir, self.bundle["features_dir"])
+        full = {e["task"]: e["examples"]
+                for e in feature_files.read_manifest(directory)["files"].values()
+                if e["split"] == "dev" and e["task"] in self.features}
+        return ({task: len(dev["input_ids"]) for task, (_, dev, _) in self.features.items()},
+                full)
 
     def task_sizes(self):
         """{task: (training examples, dev examples)}: what the plan's estimate counts."""
@@ -329,8 +341,7 @@ class Pretraining:
                 train_step=step, after_save=score,
                 # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
                 # only: the held-out points in between need none.
-                checkpoint_every=max(1, steps // recipe.evaluations) * max(
-                    1, recipe.evaluations // 2))
+                checkpoint_every=hp.save_checkpoints_steps * max(1, recipe.evaluations // 2))
         except PretrainingCollapsed as e:
             self.write_curve(model_dir, scorer, points)
             return self.stopped(model, model_dir, str(e), points, core, hp, started)
@@ -368,14 +379,19 @@ class Pretraining:
 
 # ------------------------------------------------------------------------------ 6. fine-tuning
 class Finetuning:
-    """ConvBERT, ELECTRA and random init on every task, seeds in rounds (seed 1 of every model x
-    task, then seed 2, ...) while the budget lasts; each trial's dev metrics are written as
+    """ConvBERT, ELECTRA and random init on every task, seed by seed and, within a seed, task by
+    task with every model on a task before the next one (`order`), while the budget lasts: a
+    budget cut removes whole tasks of a seed, never one model's cell (random init, the baseline,
+    runs beside the others on each task). Each trial's dev metrics are written as
     run_finetuning.py writes them, so a rerun skips the trials done. `fraction`: of the official
     steps (the plan's); `trial_seconds`: {(model, task): estimated seconds of one trial}."""
 
-    def __init__(self, models, inputs, work, log, fraction=1.0, trial_seconds=None):
+    def __init__(self, models, inputs, work, log, fraction=1.0, trial_seconds=None, seeds=None):
         self.models, self.inputs, self.work, self.log = models, inputs, work, log
         self.fraction, self.trial_seconds = fraction, trial_seconds or {}
+        # the seeds this call may run (None: every seed of the recipe): call 1 of a two-call
+        # plan runs its own, leaving the others to call 2
+        self.seeds = seeds
         self._weights = {}
 
     @staticmethod
@@ -413,35 +429,50 @@ class Finetuning:
                                                     preds, dev["label_ids"], trial=trial)
         self.log(f"{label}: dev " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
 
-    def run(self, left, after_model):
-        """Every trial not done yet, while the budget lasts: a round of seeds starts only while
-        `left()` seconds cover the last round's wall, a trial only while they cover its
-        estimate. after_model(): called after each model's tasks (the report, so what a cut-off
-        run reached still comes back). The number of seeds run."""
-        round_seconds = None
-        for trial in range(1, self.models.recipe.max_trials + 1):
-            if trial > 1 and round_seconds is not None and round_seconds > left():
-                self.log(f"fine-tuning: {left():.0f}s left, a round of seeds took "
-                         f"{round_seconds:.0f}s: stopping after {trial - 1} seed(s)")
-                return trial - 1
-            start = time.time()
-            for model in MODELS:
-                stopped = self.work.collapsed(self.pretrained_of(model))
-                if stopped is not None:
-                    if trial == 1:
-                        self.log(f"{model}: not fine-tuned, its pre-training stopped: "
-                                 f"{stopped['reason']}")
-                    continue
-                for task in self.models.tasks:
-                    if fileio.exists(self.work.metrics_file(model, task, trial)):
-                        continue
-                    needs = self.trial_seconds.get((model, task), 0.0)
-                    if needs > left():
-                        self.log(f"fine-tuning: {left():.0f}s left, {model} {task} seed "
-                                 f"{trial} is estimated at {needs:.0f}s: stopping there")
-                        after_model()
-                        return trial - 1
-                    self.trial(model, task, trial)
-                after_model()
-            round_seconds = time.time() - start
-        return self.models.recipe.max_trials
+    def order(self):
+        """[(seed, task, [models])]: the cells in the order they run, the models stopped by the
+        collapse check left out."""
+        models = [m for m in MODELS if self.work.collapsed(self.pretrained_of(m)) is None]
+        seeds = self.seeds or range(1, self.models.recipe.max_trials + 1)
+        return [(trial, task, models) for trial in seeds for task in self.models.tasks]
+
+    def run(self, left, after_task):
+        """Every trial not done yet, in `order`, while the budget lasts: a seed starts only while
+        `left()` seconds cover the last seed's wall, a task only while they cover the estimates
+        of all its models' trials. after_task(): called after each task (the report, so what a
+        cut-off run reached still comes back). The cells not run, [(seed, task)]."""
+        for model in MODELS:
+            stopped = self.work.collapsed(self.pretrained_of(model))
+            if stopped is not None:
+                self.log(f"{model}: not fine-tuned, its pre-training stopped: "
+                         f"{stopped['reason']}")
+        order = self.order()
+        seed_seconds, seed_started, current = None, time.time(), 1
+        for index, (trial, task, models) in enumerate(order):
+            if trial != current:
+                seed_seconds, seed_started, current = time.time() - seed_started, time.time(), \
+                    trial
+            todo = [m for m in models
+                    if not fileio.exists(self.work.metrics_file(m, task, trial))]
+            if not todo:
+                continue
+            needs = sum(self.trial_seconds.get((m, task), 0.0) for m in todo)
+            if trial > 1 and seed_seconds is not None and task == self.models.tasks[0] \
+                    and seed_seconds > left():
+                self.log(f"fine-tuning: {left():.0f}s left, a seed took {seed_seconds:.0f}s: "
+                         f"stopping before seed {trial}")
+                return self.not_run(order[index:])
+            if needs > left():
+                self.log(f"fine-tuning: {left():.0f}s left, {task} seed {trial} is estimated at "
+                         f"{needs:.0f}s for {len(todo)} model(s): stopping there")
+                return self.not_run(order[index:])
+            for model in todo:
+                self.trial(model, task, trial)
+            after_task()
+        return []
+
+    def not_run(self, cells):
+        """[(seed, task)] of `cells` whose trials are not all written."""
+        return [(trial, task) for trial, task, models in cells
+                if any(not fileio.exists(self.work.metrics_file(m, task, trial))
+                       for m in models)]

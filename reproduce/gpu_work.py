@@ -6,6 +6,10 @@ rerun finds done.
                                            its fields), model, seed, bundle (`claim`)
       throughput.json                      the throughput stage's timings (a rerun keeps them)
       plan.json                            the plan (a rerun keeps it: same schedule)
+      calls.json                           each call's budget, stage seconds and compiles after
+                                           its compile stage (a call adds its own)
+      gpu_run.log                          every call's console, appended (scripts/gpu_run.sh;
+                                           --fresh starts it anew)
       pretrain/{convbert,electra}/         pretraining_summary.json, heldout_curve.jsonl, the
                                            exported discriminator, jax_checkpoints/;
                                            collapsed.json when the collapse stop ended it
@@ -14,8 +18,8 @@ rerun finds done.
       jax_cache/                           JAX's compilation cache (scripts/gpu_run.sh)
 
 A folder belongs to one run: a plan, checkpoints or results made for another recipe, model size,
-seed or bundle are refused in one line naming the folder (`--fresh` starts it afresh). The smoke
-run and the real one have different default folders (`default_work_dir`).
+seed or bundle are refused in one line naming the folder (`--fresh` starts it afresh). The
+rehearsal and the real run have different default folders (`default_work_dir`).
 """
 import json
 import os
@@ -28,12 +32,12 @@ from reproduce.recipes import MODELS
 STAMP = "work.json"
 # What a run writes here, and what --fresh removes (the compile cache stays: its programs are
 # keyed by what they compute, not by the run).
-RUN_FILES = (STAMP, "throughput.json", "plan.json", "pretrain", "finetune")
+RUN_FILES = (STAMP, "throughput.json", "plan.json", "calls.json", "pretrain", "finetune")
 
 
-def default_work_dir(smoke):
-    """The work folder of `--smoke` and of the real run when --work_dir is not given."""
-    return os.path.join("runs", "gpu_smoke" if smoke else "gpu_budget")
+def default_work_dir(rehearse):
+    """The work folder of `--rehearse` and of the real run when --work_dir is not given."""
+    return os.path.join("runs", "gpu_rehearsal" if rehearse else "gpu_budget")
 
 
 class WorkFolderError(RuntimeError):
@@ -113,6 +117,20 @@ class WorkFolder:
     def throughput_path(self):
         """throughput.json: the first run's timings, which a rerun keeps."""
         return self.path("throughput.json")
+
+    @property
+    def calls_path(self):
+        """calls.json: every call's record (reproduce/gpu_budget.py GpuRun.record_call)."""
+        return self.path("calls.json")
+
+    def calls(self):
+        """The records of the calls made on this folder so far ([] before the first)."""
+        if not fileio.exists(self.calls_path):
+            return []
+        return self.read_json(self.calls_path)
+
+    def write_calls(self, calls):
+        self.write_json(self.calls_path, calls)
 
     def pretrain_dir(self, model):
         return self.path("pretrain", model)

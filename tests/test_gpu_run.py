@@ -1,8 +1,11 @@
-"""The prepared GPU run end to end on the CPU (docs/GPU.md): `bash scripts/gpu_bundle.sh` builds the
-bundle from ../shared (<= 60 MiB), then `bash scripts/gpu_run.sh --smoke` runs every stage on
-Keras-on-JAX with `tensorflow` unimportable and leaves every output file and every model x task
-cell, JAX's compilation cache packed among them. A rerun of the same command resumes: nothing is
-trained again, and its cache comes from that archive (--compile_cache)."""
+"""The prepared GPU run on the CPU (docs/GPU.md): `bash scripts/gpu_bundle.sh` builds the bundle
+from ../shared (<= 60 MiB); `bash scripts/gpu_run.sh --rehearse` runs the GPU window's two calls
+on a tiny model with the real plan's structure (25-step blocks, planned steps, seed 1 in call 1
+and seeds 2-3 in call 2, task-major fine-tuning, the compile cache archived and carried), the
+bundle's wheels installed into an empty folder, `tensorflow` unimportable, and fails on any
+program compiled after the compile stage, any missing cell or misreported step count. Beside it:
+the plan at the recorded GPU rates, the block size for every planned length, a budget cut, the
+schedule, the report's lines."""
 import json
 import os
 import shutil
@@ -52,81 +55,181 @@ def test_bundle_is_small_and_complete(bundle):
     assert {t: (n["train"], n["dev"]) for t, n in sizes.items()} == GLUE_SIZES   # the plan test's
 
 
-def test_smoke_run_end_to_end_and_resume(bundle):
+def rehearsal_bundle(out, root):
+    """The bundle with wheels for this Python (the rehearsal installs them as a GPU machine
+    would): its data linked, not copied."""
+    from reproduce.gpu_bundle import download_wheels
+    here = root / "bundle_here"
+    if not (here / "bundle.json").exists():
+        here.mkdir(exist_ok=True)
+        for name in ("pretrain_train.npz", "pretrain_heldout.npz", "features"):
+            (here / name).symlink_to(out / name)
+        version = "%d.%d" % sys.version_info[:2]
+        download_wheels(str(here / "wheels"), print, version)
+        info = json.loads((out / "bundle.json").read_text())
+        (here / "bundle.json").write_text(json.dumps({**info, "python": version}))
+    return here
+
+
+def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     from base.plots import png_labels
+    from reproduce.gpu_recipe import REHEARSAL
     root, out, _ = bundle
-    results, work = root / "out", root / "work"
-    cmd = ["bash", "scripts/gpu_run.sh", "--smoke", f"--bundle_dir={out}",
-           f"--output_dir={results}", f"--work_dir={work}"]
+    here = rehearsal_bundle(out, root)
+    work = root / "work"
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    done = subprocess.run(cmd, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
-                          env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(p.name for p in results.iterdir()) == sorted(
+
+    def call(number, results, *extra):
+        done = subprocess.run(
+            ["bash", "scripts/gpu_run.sh", "--rehearse", f"--call={number}",
+             f"--bundle_dir={here}", f"--output_dir={results}", f"--work_dir={work}", *extra],
+            cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900, env=env)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        # the bundle's keras, installed into an empty folder, not this environment's
+        line = next(x for x in done.stdout.splitlines() if x.startswith("keras "))
+        assert ".venv" not in line and "site-packages" not in line, line
+        return done.stdout
+
+    first, second = root / "out1", root / "out2"
+    stdout = call(1, first)
+    assert sorted(p.name for p in first.iterdir()) == sorted(
         ["results.json", "results.md", "throughput.json", "pretraining_curves.png",
          "glue_scores.png", "gpu_run.log", "jax_cache.tar.gz"])
-    # JAX's compilation cache in the work folder, packed for the next machine (--compile_cache)
     cache = work / "jax_cache"
-    assert f"JAX compilation cache: {cache}, 0 programs (--jax_cache_dir)" in done.stdout
-    with tarfile.open(results / "jax_cache.tar.gz") as tar:
+    with tarfile.open(first / "jax_cache.tar.gz") as tar:
         packed = sorted(os.path.basename(n) for n in tar.getnames() if n.endswith("-cache"))
     assert packed and packed == sorted(p.name for p in cache.glob("*-cache"))
-    assert f"compile cache: {len(packed)} programs packed into" in done.stdout
-    data = json.loads((results / "results.json").read_text())
-    for model in ("convbert", "electra", "random"):
+    data = json.loads((first / "results.json").read_text())
+    plan = data["plan"]
+    # the plan splits the window: pre-training and seed 1 here, seeds 2 and 3 in call 2
+    assert plan["calls"]["1"]["seeds"] == [1] and plan["calls"]["2"]["seeds"] == [2, 3]
+    assert plan["steps"] == REHEARSAL.max_pretrain_steps      # the CPU's cap
+    assert "plan: 100 pre-training steps per model" in stdout and "in call 2" in stdout
+    # compiled once: nothing after the compile stage, and the throughput stage timed the
+    # training program (25-step calls)
+    assert data["calls"][-1]["compiles_after_compile_stage"] == []
+    assert "outputs: all present" in stdout
+    md = (first / "results.md").read_text()
+    assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `rehearsal` (its "
+                         "numbers answer nothing)\n\n**These numbers answer nothing**: recipe "
+                         "`rehearsal` is a check of the path on a tiny model; 100 "
+                         "pre-training steps (fewer than 1,000); 1 seed(s) per task")
+    assert "GLUE dev examples scored per task: cola 32 of 1,043" in md
+    schedule = data["pretrain_lr_schedule"]
+    assert schedule == REHEARSAL.lr_schedule(100)
+    assert f"the highest rate reached is {schedule['highest_lr']:.3g}, at step " \
+           f"{schedule['highest_at']:,}" in md
+    for png in ("pretraining_curves.png", "glue_scores.png"):
+        labels = png_labels(str(first / png))
+        assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
+
+    # call 2 on the same work folder, its compile cache from call 1's archive alone
+    shutil.rmtree(cache)
+    stdout = call(2, second, f"--compile_cache={first / 'jax_cache.tar.gz'}")
+    assert f"jax_cache.tar.gz unpacked into {cache}" in stdout
+    assert "throughput from" in stdout and "pre-training stopped" in stdout or \
+        "pre-trained (100 steps), skipped" in stdout
+    data = json.loads((second / "results.json").read_text())
+    assert [c["call"] for c in data["calls"]] == [1, 2] and all(
+        c["finished"] and c["compiles_after_compile_stage"] == [] for c in data["calls"])
+    log = (second / "gpu_run.log").read_text()
+    assert log.index("=== call 1") < log.index("=== call 2")      # appended, not overwritten
+    stopped = {m for m, p in data["pretraining"].items() if p.get("collapsed")}
+    for model, p in data["pretraining"].items():
+        assert p["global_step"] == (p["global_step"] if model in stopped else 100)
+    for model in set(("convbert", "electra", "random")) - stopped:
         assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
         for entry in data["glue"][model].values():
-            assert entry["summary"][entry["metric"]]["n"] == 2        # two seeds
-    # the budget schedule: the official 10,000-step warm-up times a linear decay to 0 at the
-    # planned 4th step, lr = 5e-4 * step / 10,000 * (1 - step / 4) (steps 0..3)
-    assert data["pretrain_lr_schedule"] == {"peak_lr": 5e-4, "warmup_steps": 10_000,
-                                            "schedule_steps": 4, "highest_lr": 5e-8,
-                                            "highest_at": 2}
-    for model in ("convbert", "electra"):
-        p = data["pretraining"][model]
-        assert p["global_step"] == 4 and len(p["heldout"]) == 2
-        assert p["history"][-1]["learning_rate"] == pytest.approx(5e-4 * 3 / 10_000 / 4,
-                                                                  rel=1e-3)
-        assert all("disc_auc_last_gen" in h for h in p["heldout"])
-    assert all(r > 0 for r in data["pretraining_loop_over_timed"].values())
-    # the report leads with the answer: steps, tokens, the share of the official budget
-    assert data["budget_used"] == {"steps": 4, "tokens": 4 * 8 * 128,
-                                   "fraction_of_official": 4 * 8 * 128 / 1e6 / 128 / 128}
-    tp = json.loads((results / "throughput.json").read_text())
-    assert tp["platform"] == "cpu" and set(tp["models"]) == {"convbert", "electra"}
-    assert "outputs: all present" in (results / "gpu_run.log").read_text()
-    md = (results / "results.md").read_text()
-    assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `smoke`\n\n"
-                         "**Pre-training**: 4 steps per model (4,096 tokens each: 0.00% of "
-                         "ELECTRA-small's official budget")
-    assert "**Answer** (2 seed(s) per task): pre-training beats random init beyond the seed " \
-           "spread: ConvBERT on " in md
-    assert "ELECTRA-Small, fully trained (1M steps) 79.9" in md and "Held-out batch" in md
-    assert md.index("| ConvBERT, random init |") < md.index("## How the run went") \
-        < md.index("sequences/s")
-    for png in ("pretraining_curves.png", "glue_scores.png"):
-        labels = png_labels(str(results / png))
-        assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
-    shutil.rmtree(cache)      # the rerun's cache comes from the archive alone
-    again = subprocess.run(cmd + [f"--compile_cache={results / 'jax_cache.tar.gz'}"],
-                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=900,
-                           env=env)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"jax_cache.tar.gz unpacked into {cache}" in again.stdout
-    assert f"JAX compilation cache: {cache}, {len(packed)} programs" in again.stdout
-    assert "pre-trained (4 steps), skipped" in again.stdout
-    # the first run's timings and plan stand; nothing is compiled or timed again
-    assert "throughput from" in again.stdout and "precompile: nothing left to run" in again.stdout
-    assert json.loads((results / "throughput.json").read_text()) == tp
-    assert "training 3 steps" not in again.stdout          # every fine-tuning trial was kept
-    assert json.loads((results / "results.json").read_text())["glue"] == data["glue"]
-    # the real recipe in the smoke's work folder: refused in one line naming it
-    real = subprocess.run([a for a in cmd if a != "--smoke"], cwd=str(REPO_ROOT),
-                          capture_output=True, text=True, timeout=300, env=env)
+            assert entry["summary"][entry["metric"]]["n"] == 3        # every seed
+    assert data["cells_not_run"] == []
+    md = (second / "results.md").read_text()
+    assert "3 seed(s) per task" in md and "call 2 (" in md
+    # the real recipe in the rehearsal's work folder: refused in one line naming it
+    real = subprocess.run(["bash", "scripts/gpu_run.sh", f"--bundle_dir={here}",
+                           f"--output_dir={root / 'out3'}", f"--work_dir={work}"],
+                          cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=300,
+                          env=env)
     assert real.returncode == 1 and "Traceback" not in real.stdout
-    assert (f"error: {work}: a work folder of another run (recipe smoke (small with 1 layer(s) "
-            "of width 32), not gpu_budget (small)); give another --work_dir, or --fresh to start "
-            "it afresh\n") in real.stdout
+    assert (f"error: {work}: a work folder of another run (recipe rehearsal (small with 1 "
+            "layer(s) of width 32), not gpu_budget (small)); give another --work_dir, or --fresh "
+            "to start it afresh\n") in real.stdout
+
+
+def test_one_block_size_for_every_planned_length():
+    """The programs the compile stage builds (for a one-step build, before the plan) are the
+    ones every planned run trains with: the same steps per call (the block the K-step program is
+    compiled for) and the same schedule arguments' shape for every planned length from 100 to
+    20,000 steps, and for fine-tuning every task at every fraction the plan can choose."""
+    import dataclasses
+    from finetune.trainer import num_train_steps
+    from pretrain.hparams import train_settings
+    from reproduce.gpu_recipe import GPU_BUDGET, REHEARSAL, finetune_hparams, pretrain_hparams
+    from training.loop import call_sizes, largest_call
+    bundle = {"vocab_size": 30522, "max_seq_length": 128}
+    for recipe in (GPU_BUDGET, REHEARSAL):
+        for model in ("convbert", "electra"):
+            built = train_settings(pretrain_hparams(recipe, bundle, model, 1))
+            assert largest_call(built) == recipe.steps_per_loop == 25
+            shape = built.schedule().arguments().shape
+            for steps in range(100, 20_001, 100):
+                settings = train_settings(pretrain_hparams(recipe, bundle, model, steps))
+                assert largest_call(settings) == largest_call(built), steps
+                assert settings.schedule().arguments().shape == shape
+                assert sum(call_sizes(settings, 0)) == steps
+                assert max(call_sizes(settings, 0)) <= largest_call(built)
+    for task, size in GLUE_SIZES.items():
+        built = finetune_hparams(GPU_BUDGET, task)
+        for fraction in (0.05, 0.1397, 0.5, 1.0):
+            hp = finetune_hparams(GPU_BUDGET, task, fraction=fraction,
+                                  num_train_examples=size[0])
+            steps = num_train_steps(size[0], hp.train_batch_size, hp.num_train_epochs,
+                                    hp.max_train_steps)
+            assert steps >= 1
+            # the finetuner's settings differ by length alone (finetune/jax_trainer.py `train`)
+            assert (hp.steps_per_loop, hp.log_every_steps) == (built.steps_per_loop,
+                                                               built.log_every_steps)
+
+
+def test_budget_cut_drops_whole_tasks_never_one_model(tmp_path):
+    """Fine-tuning runs seed by seed, task by task with every model on a task before the next:
+    wherever the budget ends, every (seed, task) has all models' cells or none, random init
+    (the baseline) among them; the cells not run are named."""
+    from reproduce.gpu_recipe import REHEARSAL
+    from reproduce.gpu_stages import Finetuning
+    from reproduce.gpu_work import WorkFolder
+    from reproduce.recipes import GLUE_TASKS, MODELS
+
+    class Models:
+        recipe, tasks = REHEARSAL, list(GLUE_TASKS)
+
+    for budget in range(0, 50, 3):       # every place a cut can fall
+        work = WorkFolder(tmp_path / f"work{budget}", REHEARSAL)
+        clock = {"t": float(budget)}
+        ran = []
+
+        class Cut(Finetuning):
+            def trial(self, model, task, trial):
+                clock["t"] -= 1.0          # each trial takes 1 s
+                path = self.work.metrics_file(model, task, trial)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write("{}")
+                ran.append((trial, task, model))
+
+        finetuning = Cut(Models(), None, work, print,
+                         trial_seconds={(m, t): 1.0 for m in MODELS for t in GLUE_TASKS})
+        not_run = finetuning.run(lambda: clock["t"], lambda: None)
+        cells = {(trial, task) for trial, task, _ in ran}
+        for trial, task in cells:
+            assert sorted(m for s, t, m in ran if (s, t) == (trial, task)) == sorted(MODELS)
+        assert len(ran) == 3 * (min(budget, 45) // 3)
+        assert set(not_run) == {(s, t) for s in (1, 2, 3) for t in GLUE_TASKS} - cells
+        assert ran == sorted(ran, key=lambda c: (c[0], GLUE_TASKS.index(c[1])))
+    # a call limited to its planned seeds (call 1 of a two-call plan) leaves the others
+    work = WorkFolder(tmp_path / "call1", REHEARSAL)
+    only = Cut(Models(), None, work, print, seeds=[1])
+    assert only.run(lambda: 1e9, lambda: None) == []
+    assert {s for s, _, _ in ran[-15:]} == {1} and len(ran) >= 15
 
 
 def test_plan_budget_keeps_pre_training_its_share():
@@ -165,12 +268,24 @@ def test_plan_budget_keeps_pre_training_its_share():
 # the RTD and fine-tuning steps timed alone (ms) and one held-out evaluation of both models (s;
 # the H200 run recorded none: §12's 9 s).
 RECORDED_GPU_RUNS = {
-    "H100 2026-11-27 (§13.2)": dict(fixed_s=33 + 118 + 15, rtd_ms=(50.4, 32.0),
-                                    finetune_ms=(30.5, 19.7), heldout_s=10.0),
-    "H100 2026-11-26 (§12)": dict(fixed_s=31 + 111 + 3, rtd_ms=(37.2, 24.5),
-                                  finetune_ms=(14.4, 8.7), heldout_s=9.0),
-    "H200 2026-11-26 (§11)": dict(fixed_s=48 + 90 + 15, rtd_ms=(233.0, 201.0),
-                                  finetune_ms=(19.4, 12.9), heldout_s=9.0),
+    "H100 2026-11-27 (§13.2)": dict(fixed_s=33 + 118 + 15, build_s=33, compile_s=118,
+                                    rtd_ms=(50.4, 32.0), finetune_ms=(30.5, 19.7),
+                                    heldout_s=10.0),
+    "H100 2026-11-26 (§12)": dict(fixed_s=31 + 111 + 3, build_s=31, compile_s=111,
+                                  rtd_ms=(37.2, 24.5), finetune_ms=(14.4, 8.7), heldout_s=9.0),
+    "H200 2026-11-26 (§11)": dict(fixed_s=48 + 90 + 15, build_s=48, compile_s=90,
+                                  rtd_ms=(233.0, 201.0), finetune_ms=(19.4, 12.9),
+                                  heldout_s=9.0),
+}
+# What plan_budget makes of them (test_plan_fits_the_window_at_recorded_and_target_rates): steps
+# per model, seeds over both calls, fraction of the official fine-tuning steps, the schedule's
+# highest learning rate and the step whose update uses it.
+EXPECTED_AFFORDS = {
+    "H100 2026-11-27 (§13.2)": (1200, 3, 0.0568, 4.8e-05, 961),
+    "H100 2026-11-26 (§12)": (2000, 3, 0.1261, 7.99e-05, 1601),
+    "H200 2026-11-26 (§11)": (200, 3, 0.0826, 8e-06, 161),
+    "P4 targets": (3900, 3, 0.601, 0.000156, 3121),
+    "P4 targets, compile cache carried": (7800, 3, 0.7264, 0.00031, 6241),
 }
 # The GLUE features the bundle holds (training examples with MRPC and STS-B in both orders, dev
 # examples): checked against the bundle in test_bundle_is_small_and_complete.
@@ -199,66 +314,82 @@ def target_run():
 def target_run_cached():
     """`target_run` with the P4 targets for the rest too: the compile cache carried (first step
     <= 20 s cached) and a held-out point <= 1 s."""
-    return dict(target_run(), fixed_s=33 + 20 + 15, heldout_s=1.0)
+    return dict(target_run(), fixed_s=33 + 20 + 15, compile_s=20, heldout_s=1.0)
 
 
-def test_plan_fits_one_call_at_recorded_and_target_rates():
-    """The default budget and the plan made from each GPU run's recorded figures, and from the
-    P4 target rates, end inside one 9-minute call with the plan's stated margins
-    (reproduce/gpu_plan.py); the steps and seeds each affords."""
+def test_plan_fits_the_window_at_recorded_and_target_rates():
+    """The default budgets of both calls fit the session's window, and the plan made from each
+    GPU run's recorded figures, and from the P4 target rates, ends inside call 1 with the plan's
+    stated margins and leaves call 2 what it affords (reproduce/gpu_plan.py); the steps, seeds,
+    fraction and the highest learning rate each affords."""
     from reproduce import gpu_plan
     from reproduce.gpu_recipe import GPU_BUDGET
     from reproduce.recipes import MODELS
     budget = gpu_plan.DEFAULT_BUDGET_S
     assert budget + sum(gpu_plan.OUTSIDE_BUDGET_S.values()) <= gpu_plan.COMMAND_LIMIT_S
+    assert (gpu_plan.SECOND_BUDGET_S + sum(gpu_plan.SECOND_OUTSIDE_S.values())
+            <= gpu_plan.SECOND_COMMAND_LIMIT_S)
+    assert (gpu_plan.OUTSIDE_BUDGET_S["start-up and copy"] + gpu_plan.COMMAND_LIMIT_S
+            + gpu_plan.SECOND_COMMAND_LIMIT_S + 2 * gpu_plan.WARM_S) <= gpu_plan.WINDOW_S
     affords = {}
     for name, run in {**RECORDED_GPU_RUNS, "P4 targets": target_run(),
                       "P4 targets, compile cache carried": target_run_cached()}.items():
         step_s = {"convbert": run["finetune_ms"][0] / 1e3, "electra": run["finetune_ms"][1] / 1e3,
                   "random": run["finetune_ms"][0] / 1e3}
         seed_s = gpu_plan.finetune_seed_seconds(GLUE_SIZES, step_s, GPU_BUDGET, MODELS)
+        second = gpu_plan.second_call_seconds(run["build_s"], run["compile_s"])
         plan = gpu_plan.plan_budget(budget - run["fixed_s"], seed_s, sum(run["rtd_ms"]) / 1e3,
-                                    GPU_BUDGET, run["heldout_s"])
+                                    GPU_BUDGET, run["heldout_s"], second_call_s=second)
         end = run["fixed_s"] + plan["estimate"]["end_s"]
         assert end <= budget, (name, plan)
-        assert end + sum(gpu_plan.OUTSIDE_BUDGET_S.values()) <= gpu_plan.COMMAND_LIMIT_S
-        affords[name] = (plan["steps"], plan["seeds"], plan["finetune_step_fraction"])
-    # what each affords: (pre-training steps per model, seeds, fraction of the official
-    # fine-tuning steps); docs/GPU.md "The budget arithmetic" quotes these
-    assert affords == {"H100 2026-11-27 (§13.2)": (400, 1, 0.1397),
-                       "H100 2026-11-26 (§12)": (700, 1, 0.3225),
-                       "H200 2026-11-26 (§11)": (100, 1, 0.2279),
-                       "P4 targets": (2300, 1, 1.0),
-                       "P4 targets, compile cache carried": (6500, 1, 1.0)}
+        assert plan["calls"]["2"]["finetune_s"] <= second + 0.1, (name, plan)
+        schedule = GPU_BUDGET.lr_schedule(plan["steps"])
+        affords[name] = (plan["steps"], plan["seeds"], plan["finetune_step_fraction"],
+                         schedule["highest_lr"], schedule["highest_at"])
+    # what each affords: (pre-training steps per model, seeds over both calls, fraction of the
+    # official fine-tuning steps, the highest learning rate and its step); docs/GPU.md "The
+    # budget arithmetic" quotes these
+    assert affords == EXPECTED_AFFORDS, affords
 
 
 def test_learning_rate_schedules_and_what_a_rerun_has_left(tmp_path):
-    """The budget schedule (the official warm-up, decay to 0 at the planned last step) as the
-    reports state it and as the training core runs it, never above the official schedule at any
-    step; the schedules of the earlier GPU runs still selectable; `GpuRun.work_left` from the
-    work folder."""
+    """The budget schedule (ELECTRA-small's official schedule, then a cool-down to 0 over the
+    run's last 20%) as the reports state it and as the training core runs it, never above the
+    official schedule at any step and as high as that allows; the schedules of the earlier GPU
+    runs still selectable; `GpuRun.work_left` from the work folder."""
     import dataclasses
     from pretrain.hparams import train_settings
     from reproduce.gpu_budget import GPU_BUDGET, SMOKE, GpuRun, Log, schedule_text
     from reproduce.gpu_recipe import pretrain_hparams
     assert schedule_text(GPU_BUDGET.lr_schedule(10_000), 10_000) == (
         "Pre-training learning rate: linear warm-up over 10,000 steps towards 0.0005, times a "
-        "linear decay reaching 0 at the run's last step (10,000); the highest rate reached is "
-        "0.000125, at step 5,000.")
-    official = dataclasses.replace(GPU_BUDGET, schedule_steps=1_000_000)     # §13.2's
+        "linear decay reaching 0 at step 1,000,000, then a linear cool-down to 0 over the run's "
+        "last 2,000 steps (it trains 10,000); the highest rate reached is 0.000397, at step "
+        "8,001.")
+    # the peak at the planned length: the official ramp's value where the cool-down starts
+    assert GPU_BUDGET.lr_schedule(6_500)["highest_lr"] == 2.59e-4
+    official = dataclasses.replace(GPU_BUDGET, cooldown_fraction=0.0)      # §13.2's
     assert official.lr_schedule(300)["highest_lr"] == 1.49e-5
     assert "reaching 0 at step 1,000,000 (the run trains its first 300 steps)" in schedule_text(
         official.lr_schedule(300), 300)
-    squeezed = dataclasses.replace(GPU_BUDGET, warmup_steps=0).lr_schedule(1800)   # §11-§12's
+    earlier = dataclasses.replace(official, schedule_steps=0)     # decay to 0 at the end
+    assert earlier.lr_schedule(6_500)["highest_lr"] == 8.13e-5
+    squeezed = dataclasses.replace(earlier, warmup_steps=0).lr_schedule(1800)   # §11-§12's
     assert squeezed["warmup_steps"] == 180 and squeezed["highest_lr"] == 4.5e-4
     fake_bundle = {"vocab_size": 30522, "max_seq_length": 128}
-    for steps in (300, 6_500, 10_000, 30_000):
+    for steps in (100, 300, 6_500, 10_000, 30_000):
         core = train_settings(pretrain_hparams(GPU_BUDGET, fake_bundle, "electra", steps)
                               ).schedule()
-        for step in range(0, steps, 97):
-            lr = GPU_BUDGET.lr_at(step, steps)
-            assert float(core.host_value(step)) == pytest.approx(lr, rel=1e-3)   # float32
-            assert lr <= official.lr_at(step, steps) + 1e-12
+        rates = [GPU_BUDGET.lr_at(step, steps) for step in range(steps)]
+        for step in list(range(0, steps, 97)) + [steps - 2, steps - 1]:
+            assert float(core.host_value(step)) == pytest.approx(rates[step], rel=1e-3,
+                                                                 abs=1e-12)   # float32
+        # at or below the official schedule at every step, equal to it before the cool-down
+        assert all(lr <= official.lr_at(step, 1_000_000) + 1e-15
+                   for step, lr in enumerate(rates))
+        cool = GPU_BUDGET.cooldown(steps)
+        assert rates[steps - cool - 1] == official.lr_at(steps - cool - 1, 1_000_000)
+        assert rates[-1] <= rates[0] + GPU_BUDGET.pretrain["learning_rate"] / cool
     out = tmp_path / "bundle"                  # GpuRun reads bundle.json alone until it runs
     out.mkdir()
     (out / "bundle.json").write_text(json.dumps({**fake_bundle, "made": "now"}))
@@ -430,9 +561,17 @@ def test_rtd_probe_variants_start_from_the_same_weights(bundle, tmp_path):
         5e-4 * decay * 4 / 40, rel=1e-3)
     # the budget schedules at the planned length (decay to 0 at step 4), the collapse stop
     # (every point "at the prior" with a margin of 0.6: stopped at the run's middle)
-    _, budget = probe("budget", "--collapse_margin=0.6", "--variants=warmup40,warmup4@1e-3")
+    _, budget = probe("budget", "--collapse_margin=0.6",
+                      "--variants=warmup40,warmup4@1e-3,recipe")
     assert budget["ranking"] == []
+    # the run's own schedule (the smoke's: official warm-up and decay, a 1-step cool-down)
+    recipe = budget["variants"]["recipe"]
+    assert (recipe["warmup_steps"], recipe["schedule_steps"], recipe["cooldown_steps"]) == (
+        10_000, 1_000_000, 1)
+    assert recipe["points"][0]["learning_rate"] == pytest.approx(
+        5e-4 * 2 / 10_000 * (1 - 2 / 1e6), rel=1e-3)
     for name, peak, warmup in (("warmup40", 5e-4, 40), ("warmup4@1e-3", 1e-3, 4)):
+        assert budget["variants"][name]["cooldown_steps"] == 0
         variant = budget["variants"][name]
         assert (variant["peak_lr"], variant["warmup_steps"], variant["schedule_steps"]) == (
             pytest.approx(peak), warmup, 4)

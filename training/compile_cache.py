@@ -137,3 +137,69 @@ def enable_compile_cache(path=None, log=print, environ=None):
         where = "" if _is_url(directory) else f", {_count_programs(directory)} programs"
         log(f"JAX compilation cache: {directory}{where} ({source})")
     return directory
+
+
+# JAX's monitoring events: one per program XLA compiles (or reads from the persistent cache,
+# which also raises CACHE_HIT_EVENT first), with the program's name.
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_watches = []
+
+
+def _on_duration(event, duration_secs, **kwargs):
+    if event == BACKEND_COMPILE_EVENT:
+        for watch in list(_watches):
+            watch._compiled(str(kwargs.get("fun_name", "?")), duration_secs)
+
+
+def _on_event(event, **kwargs):
+    if event == CACHE_HIT_EVENT:
+        for watch in list(_watches):
+            watch._hits += 1
+
+
+class CompileWatch:
+    """Every program XLA compiles in this process between `start()` and `stop()` (a persistent
+    cache read counts: it is a program that was not ready in the process): `compiles`, a list of
+    {"program", "seconds", "from_cache"}. The GPU run starts one after its compile stage, where
+    nothing should compile any more (reproduce/gpu_budget.py)."""
+
+    def __init__(self):
+        self.compiles = []
+        self._hits = 0
+
+    def start(self):
+        import jax.monitoring as monitoring
+        if not _watches:
+            monitoring.register_event_duration_secs_listener(_on_duration)
+            monitoring.register_event_listener(_on_event)
+        if self not in _watches:
+            _watches.append(self)
+        return self
+
+    def stop(self):
+        import jax.monitoring as monitoring
+        if self in _watches:
+            _watches.remove(self)
+            if not _watches:
+                monitoring.unregister_event_duration_listener(_on_duration)
+                monitoring.unregister_event_listener(_on_event)
+        return self
+
+    def _compiled(self, name, seconds):
+        self.compiles.append({"program": name, "seconds": round(float(seconds), 3),
+                              "from_cache": self._hits > 0})
+        self._hits = 0
+
+    def seconds(self):
+        return round(sum(c["seconds"] for c in self.compiles), 3)
+
+    def summary(self):
+        """One line: how many programs compiled, which, and their seconds."""
+        if not self.compiles:
+            return "no program compiled"
+        names = {}
+        for c in self.compiles:
+            names[c["program"]] = names.get(c["program"], 0) + 1
+        return (f"{len(self.compiles)} program(s) compiled in {self.seconds():.1f}s: "
+                + ", ".join(f"{n}" + (f" x{k}" if k > 1 else "") for n, k in names.items()))

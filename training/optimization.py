@@ -33,21 +33,30 @@ DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 @keras.saving.register_keras_serializable(package="convbert")
 class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """lr(step) = peak * max(0, 1 - step / total) * min(1, step / warmup).
+    """lr(step) = peak * max(0, 1 - step / total) * min(1, step / warmup) * cooldown(step).
 
     Like the official code the linear decay runs from step 0 (it is not delayed by the warm-up),
     and the step is the number of updates already applied (the first update uses step 0).
-    `power` != 1 gives the official polynomial decay (`lr_decay_power`).
+    `power` != 1 gives the official polynomial decay (`lr_decay_power`). `cooldown_steps` > 0
+    adds a linear fall to 0 over the `cooldown_steps` steps before `cooldown_end` (a run that
+    stops long before `total_steps` and should still end at 0: the budget-limited GPU run):
+    cooldown(step) = clip((cooldown_end - step) / cooldown_steps, 0, 1); 1 without it.
     """
 
-    def __init__(self, peak_lr, warmup_steps, total_steps, power=1.0, end_lr=0.0):
+    def __init__(self, peak_lr, warmup_steps, total_steps, power=1.0, end_lr=0.0,
+                 cooldown_steps=0, cooldown_end=0):
         self.peak_lr = float(peak_lr)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
         self.power = float(power)
         self.end_lr = float(end_lr)
+        self.cooldown_steps = int(cooldown_steps)
+        self.cooldown_end = int(cooldown_end)
         if self.total_steps <= 0:
             raise ValueError(f"total_steps must be positive, got {total_steps}")
+        if self.cooldown_steps < 0 or (self.cooldown_steps and self.cooldown_end <= 0):
+            raise ValueError(f"cooldown_steps must be >= 0 and end at a positive step, got "
+                             f"{cooldown_steps} ending at {cooldown_end}")
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
@@ -55,6 +64,9 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         lr = (self.peak_lr - self.end_lr) * ops.power(1.0 - frac, self.power) + self.end_lr
         if self.warmup_steps > 0:
             lr = lr * ops.minimum(1.0, step / float(self.warmup_steps))
+        if self.cooldown_steps > 0:
+            lr = lr * ops.clip((float(self.cooldown_end) - step) / float(self.cooldown_steps),
+                               0.0, 1.0)
         return lr
 
     def host_value(self, step):
@@ -68,35 +80,46 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             + f32(self.end_lr)
         if self.warmup_steps > 0:
             lr = lr * np.minimum(f32(1.0), step / f32(self.warmup_steps))
+        if self.cooldown_steps > 0:
+            lr = lr * np.clip((f32(self.cooldown_end) - step) / f32(self.cooldown_steps),
+                              f32(0.0), f32(1.0))
         return f32(lr)
 
     def arguments(self):
-        """The schedule as data: float32 [peak, end, warm-up, total, power], for `value_at`. A
-        compiled step that takes these as an argument serves any run length and peak (the JAX
-        core computes each step's rate on the device from its step counter)."""
+        """The schedule as data: float32 [peak, end, warm-up, total, power, cool-down steps,
+        cool-down end], for `value_at`. A compiled step that takes these as an argument serves
+        any run length and peak (the JAX core computes each step's rate on the device from its
+        step counter)."""
         return np.array([self.peak_lr, self.end_lr, self.warmup_steps, self.total_steps,
-                         self.power], np.float32)
+                         self.power, self.cooldown_steps, self.cooldown_end], np.float32)
 
     @staticmethod
     def value_at(step, arguments):
         """`self(step)` from `arguments()` (traced: keras.ops), the same float32 operations as
         `host_value`; a power of 1 is not raised (pow(x, 1) need not return x exactly)."""
-        peak, end, warmup, total, power = (arguments[i] for i in range(5))
+        peak, end, warmup, total, power, cooldown, cooldown_end = (arguments[i]
+                                                                   for i in range(7))
         step = ops.cast(step, "float32")
         frac = ops.minimum(step, total) / total
         base = 1.0 - frac
         lr = (peak - end) * ops.where(power == 1.0, base, ops.power(base, power)) + end
         ramp = ops.minimum(1.0, step / ops.maximum(warmup, 1.0))
-        return lr * ops.where(warmup > 0, ramp, 1.0)
+        lr = lr * ops.where(warmup > 0, ramp, 1.0)
+        fall = ops.clip((cooldown_end - step) / ops.maximum(cooldown, 1.0), 0.0, 1.0)
+        return lr * ops.where(cooldown > 0, fall, 1.0)
 
     def get_config(self):
         return {"peak_lr": self.peak_lr, "warmup_steps": self.warmup_steps,
-                "total_steps": self.total_steps, "power": self.power, "end_lr": self.end_lr}
+                "total_steps": self.total_steps, "power": self.power, "end_lr": self.end_lr,
+                "cooldown_steps": self.cooldown_steps, "cooldown_end": self.cooldown_end}
 
 
-def linear_warmup_linear_decay(peak_lr, warmup_steps, total_steps, power=1.0):
-    """The official pre-training / fine-tuning schedule (see `LinearWarmupLinearDecay`)."""
-    return LinearWarmupLinearDecay(peak_lr, warmup_steps, total_steps, power=power)
+def linear_warmup_linear_decay(peak_lr, warmup_steps, total_steps, power=1.0, cooldown_steps=0,
+                               cooldown_end=0):
+    """The official pre-training / fine-tuning schedule (see `LinearWarmupLinearDecay`), with an
+    optional linear cool-down to 0 over the `cooldown_steps` steps before `cooldown_end`."""
+    return LinearWarmupLinearDecay(peak_lr, warmup_steps, total_steps, power=power,
+                                   cooldown_steps=cooldown_steps, cooldown_end=cooldown_end)
 
 
 def layerwise_depths(names, num_layers):

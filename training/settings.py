@@ -27,6 +27,10 @@ class TrainSettings:
     # The learning-rate schedule's length when the run stops before its end (a short run on the
     # first steps of a long run's schedule, e.g. the official 10,000-step warm-up); None: total_steps
     schedule_steps: Optional[int] = None
+    # > 0: the rate also falls linearly to 0 over the run's last cooldown_steps steps (ending at
+    # total_steps), on top of the schedule above: a run far shorter than its schedule still ends
+    # at 0 (the GPU run: reproduce/gpu_recipe.py)
+    cooldown_steps: int = 0
 
     def warmup(self, total_steps):
         return max(int(self.warmup_steps), int(total_steps * self.warmup_proportion))
@@ -42,7 +46,9 @@ class TrainSettings:
         from training import optimization
         total_steps = int(self.schedule_length if total_steps is None else total_steps)
         return optimization.linear_warmup_linear_decay(
-            self.learning_rate, self.warmup(total_steps), total_steps, power=self.lr_decay_power)
+            self.learning_rate, self.warmup(total_steps), total_steps, power=self.lr_decay_power,
+            cooldown_steps=int(self.cooldown_steps or 0),
+            cooldown_end=int(self.total_steps) if self.cooldown_steps else 0)
 
 
 def build_optimizer(settings, named_variables, total_steps=None, learning_rate_variable=False):
