@@ -11,7 +11,8 @@ setup(
     packages=find_packages(include=["base", "base.*", "model", "model.*", "data", "data.*",
                                     "training", "training.*", "pretrain", "pretrain.*", "finetune",
                                     "finetune.*", "elastic", "elastic.*", "reproduce",
-                                    "reproduce.*", "analysis", "analysis.*", "lm", "lm.*"]),
+                                    "reproduce.*", "analysis", "analysis.*", "lm", "lm.*",
+                                    "keras_hub_convbert", "keras_hub_convbert.*"]),
     py_modules=["run_pretraining", "run_finetuning", "run_reproduction", "run_lm"],
     package_data={"": ["*.json"]},
     include_package_data=True,
@@ -36,9 +37,14 @@ setup(
         # on both cores (scripts/test.sh); coverage measures it (scripts/coverage.sh).
         # tensorboard: its own reader (EventAccumulator) reads back the event files that
         # training/summaries.py writes without it (viewing them is all a user needs it for).
+        # keras-hub: the KerasHub integration's tests (tests/model/test_keras_hub_backbone.py,
+        # tests/keras_hub/), at the version the `keras_hub` extra pins.
         "test": ["pytest", "pytest-xdist>=3.6", "coverage>=7.10", "hypothesis", "torch==2.13.0",
                  "transformers>=5", "jax[cpu]",
-                 "apache-beam>=2.77,<3", "tensorboard"],
+                 "apache-beam>=2.77,<3", "tensorboard", "keras-hub==0.32.0"],
+        # ConvBERT in KerasHub (keras_hub_convbert/, docs/KERAS_HUB.md): the version its tests
+        # run. Nothing in the toolkit's core imports it.
+        "keras_hub": ["keras-hub==0.32.0"],
         # The shard builder as an Apache Beam pipeline (build_pretraining_dataset.py --runner=...):
         # the DirectRunner, and Flink/Spark through their job servers. Beam 2.77 holds protobuf
         # below 7 (6.33 installs; TensorFlow 2.21 asks for >=6.31.1,<8).
