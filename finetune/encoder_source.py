@@ -18,6 +18,30 @@ PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
 PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
 
 
+def is_keras_hub_preset(path):
+    """A KerasHub preset directory: config.json holds a serialized Keras object."""
+    config = fileio.join(path, "config.json")
+    if not (fileio.isdir(path) and fileio.isfile(config)):
+        return False
+    try:
+        return "registered_name" in json.loads(fileio.read_text(config))
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def read_checkpoint(path, checkpoints):
+    """(format, config, {official name: array}) of any checkpoint `model.checkpoints` reads, or
+    of a KerasHub preset (keras_hub_convbert/presets.py, imported only for one)."""
+    if is_keras_hub_preset(path):
+        try:
+            from keras_hub_convbert.presets import read_preset
+        except ImportError as e:
+            raise UsageError(f"{path}: a KerasHub preset; reading it needs KerasHub ({e}): "
+                             "pip install -e '.[keras_hub]'") from None
+        return read_preset(path)
+    return checkpoints.resolve_checkpoint(path)
+
+
 class EncoderSource:
     """Where encoder weights come from: a checkpoint (read once) or random init."""
 
@@ -29,7 +53,7 @@ class EncoderSource:
         self.path = init_checkpoint
         overrides = dict(hp.model_hparam_overrides)
         if init_checkpoint:
-            self.format, saved, self.tensors = checkpoints.resolve_checkpoint(init_checkpoint)
+            self.format, saved, self.tensors = read_checkpoint(init_checkpoint, checkpoints)
             self.config = saved.replace(**overrides) if overrides else saved
             self.config.validate()
         else:  # model_size: a size, a configs/ row or a ConvBertConfig .json file
@@ -118,17 +142,20 @@ def check_sequence_length(source: EncoderSource, max_seq_length: int, task: str)
              f"{source.path} (it records no pre-training max_seq_length)")
 
 
-VOCAB_NAMES = ("vocab.txt", "bert-uncased-vocab.txt")
+# vocabulary.txt / vocabulary.spm: a KerasHub preset's tokenizer asset (assets/tokenizer/).
+VOCAB_NAMES = ("vocab.txt", "bert-uncased-vocab.txt", "vocabulary.txt")
 # What run_pretraining.py writes into its model_dir when it pre-trained with --sp_model
 # (pretrain/task.py write_vocabulary).
 SP_MODEL_NAME = "sentencepiece.model"
+PRESET_SP_MODEL_NAME = "vocabulary.spm"
 
 
 def _beside(init_checkpoint):
     """The directories a vocabulary of `init_checkpoint` may lie in: its own (a pre-training
     model_dir), its discriminator/ export, and the one above (for a checkpoint inside it)."""
     base = init_checkpoint if fileio.isdir(init_checkpoint) else fileio.dirname(init_checkpoint)
-    return (base, fileio.join(base, "discriminator"), fileio.absolute_parent(base))
+    return (base, fileio.join(base, "discriminator"), fileio.join(base, "assets", "tokenizer"),
+            fileio.absolute_parent(base))
 
 
 def find_vocab_file(vocab_flag, init_checkpoint):
@@ -155,8 +182,9 @@ def find_sp_model(init_checkpoint):
     for d in _beside(init_checkpoint):
         if any(fileio.isfile(fileio.join(d, name)) for name in VOCAB_NAMES):
             return None
-        path = fileio.join(d, SP_MODEL_NAME)
-        if fileio.isfile(path):
-            return path
+        for name in (SP_MODEL_NAME, PRESET_SP_MODEL_NAME):
+            path = fileio.join(d, name)
+            if fileio.isfile(path):
+                return path
     return None
 
