@@ -339,6 +339,35 @@ def _beam_c(case_id, prepare, expected):
                         expected, id=case_id, marks=_NEEDS_BEAM)
 
 
+# KerasHub presets (the `keras_hub` extra, which the `test` extra includes).
+_NEEDS_KERAS_HUB = pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None,
+                                      reason="KerasHub is not installed (pip install -e "
+                                      "'.[keras_hub]')")
+
+
+def _keras_hub_c(case_id, prepare, expected):
+    return pytest.param(case_id, prepare, expected, id=case_id, marks=_NEEDS_KERAS_HUB)
+
+
+def _preset_files(d, registered_name="convbert_keras_hub>ConvBertBackbone", weights=True):
+    """A preset directory's files (config, tokenizer and its vocabulary asset, weights unless
+    not `weights`): what the checks before Keras reads a byte look at."""
+    directory = d / "preset"
+    _write(directory / "config.json", json.dumps({
+        "module": registered_name.split(">")[0], "class_name": registered_name.split(">")[1],
+        "config": {}, "registered_name": registered_name}))
+    _write(directory / "tokenizer.json", "{}")
+    _write(directory / "assets" / "tokenizer" / "vocabulary.txt", "\n".join(SPECIAL) + "\n")
+    if weights:
+        _write(directory / "model.weights.h5", b"\x89HDF\r\n")
+    return directory
+
+
+def _big_vocab(d):
+    """A good vocabulary of 205 tokens: more than the tiny checkpoint's word embeddings."""
+    return _write(d / "big_vocab.txt", "\n".join(SPECIAL + [f"w{i}" for i in range(200)]) + "\n")
+
+
 def _tar_xz(files):
     """The bytes of a tar.xz archive of text files {name: text}."""
     import io
@@ -481,6 +510,17 @@ CASES = [
         f"--checkpoint=bert={_hf_other_architecture(d)}", f"--glue_dir={_glue(d)}", "--task=rte",
         f"--vocab_file={a['vocab']}", f"--output_dir={d / 'out' / 'attention'}"],
        lambda d, a: [str(d / "bert_hf" / "config.json"), "'bert'"]),
+    _keras_hub_c("checkpoint_keras_hub_other_architecture_finetune", lambda d, a: _finetune(
+        d, a, f"--data_dir={_glue(d)}",
+        f"--init_checkpoint={_preset_files(d, 'keras_hub>BertBackbone')}"),
+        lambda d, a: [str(d / "preset" / "config.json"), "keras_hub>BertBackbone",
+                      "not a ConvBERT"]),
+    _keras_hub_c("checkpoint_keras_hub_missing_weights_convert", lambda d, a: _convert(
+        d, _preset_files(d, weights=False)),
+        lambda d, a: [str(d / "preset"), "missing model.weights.h5"]),
+    _keras_hub_c("checkpoint_keras_hub_vocab_too_big_convert", lambda d, a: _convert(
+        d, a["ckpt"], "--format=keras_hub", f"--vocab_file={_big_vocab(d)}"),
+        lambda d, a: [str(d / "big_vocab.txt"), "205 tokens", "word embeddings"]),
     # ---- flags --------------------------------------------------------------------------------
     _c("flags_negative_steps_pretrain", lambda d, a: _pretrain(d, a, None, None, None,
                                                                "--num_train_steps=-5"),
