@@ -89,6 +89,7 @@ class GpuRun:
         self.bundle = read_bundle(bundle_dir)
         self.stage_seconds = {}
         self.watch = None          # the compiles after the compile stage (CompileWatch)
+        self.current_stage, self.stopped = None, None
         self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
                         "call": self.call,
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
@@ -97,8 +98,7 @@ class GpuRun:
         except WorkFolderError as e:
             raise GpuRunError(str(e)) from None
         # what the earlier calls on this work folder did (a resumed call adds its own)
-        self.calls = [c for c in self.work.calls() if c.get("call") != self.call
-                      or c.get("finished")]
+        self.calls = self.work.calls()
         fileio.makedirs(self.out)
 
     def left(self):
@@ -111,6 +111,7 @@ class GpuRun:
         """fn(), its wall added to `stage_seconds[name]`."""
         start = time.time()
         self.log(f"== {name}")
+        self.current_stage = name
         value = fn()
         self.stage_seconds[name] = round(self.stage_seconds.get(name, 0.0)
                                          + time.time() - start, 1)
@@ -126,6 +127,8 @@ class GpuRun:
                                          time.gmtime(self.clock.started)),
                 "elapsed_s": round(self.clock.elapsed(), 1),
                 "stage_seconds": dict(self.stage_seconds), "finished": finished}
+        if self.stopped:
+            mine["stopped"] = self.stopped
         if self.watch is not None:
             mine["compiles_after_compile_stage"] = list(self.watch.compiles)
         self.results["calls"] = self.calls + [mine]
@@ -162,6 +165,23 @@ class GpuRun:
             self.stage("throughput", lambda: heldout_seconds(models, inputs, self.log)), 2)
         self.work.write_json(saved, tp)
         return tp, step_s
+
+    def stop(self, signum, detail=""):
+        """The call was stopped by a signal (the device tool's time limit, a preemption): its
+        record and the report say where, from what the work folder holds; a rerun of the same
+        command continues from there."""
+        import signal as signals
+        self.stopped = (f"stopped by {signals.Signals(signum).name} in stage "
+                        f"{self.current_stage or 'start'} at {self.clock.elapsed():.0f}s"
+                        + (f" ({detail})" if detail else ""))
+        self.log(self.stopped + "; rerun the same command to continue")
+        self.record_call()
+        if fileio.exists(self.work.plan_path):
+            self.results.setdefault("plan", self.work.read_json(self.work.plan_path))
+        try:
+            self.report()
+        except Exception as e:       # noqa: BLE001 - the stop line matters more than the report
+            self.log(f"report after the stop failed: {str(e).splitlines()[0][:200]}")
 
     def watch_compiles(self):
         """From here on every program should be compiled already: count any that is not."""
@@ -338,16 +358,62 @@ def main(argv=None):
     log = Log()
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError
+    from training.loop import Interrupted
     try:
         run = GpuRun(REHEARSAL if rehearse else GPU_BUDGET, args.bundle_dir, args.output_dir,
                      args.work_dir or default_work_dir(rehearse), args.budget_s, log,
                      seed=args.seed, fresh=args.fresh, call=args.call, strict=rehearse)
-        log(f"call {args.call} of the window, budget {args.budget_s:.0f}s")
-        problems = run.run()
     except (GpuRunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    log(f"call {args.call} of the window, budget {args.budget_s:.0f}s")
+    with stop_on_signals():
+        try:
+            problems = run.run()
+        except (GpuRunError, DataError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except (Stopped, Interrupted) as e:
+            # the training loop saved its state (Interrupted); elsewhere the stage is cut
+            run.stop(e.signum, str(e) if isinstance(e, Interrupted) else "")
+            print(f"error: {run.stopped}; rerun the same command to continue", file=sys.stderr,
+                  flush=True)
+            sys.stdout.flush()
+            # compile threads may still be at work: the process ends now, not after them
+            os._exit(128 + int(e.signum))
     return 1 if problems else 0
+
+
+class Stopped(Exception):
+    """SIGTERM / SIGINT outside the training loop (which saves and raises Interrupted)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class stop_on_signals:
+    """SIGTERM / SIGINT raise `Stopped` in the main thread while the run is outside a training
+    loop (the loop installs its own handlers, which save a checkpoint first)."""
+
+    def __enter__(self):
+        import signal
+        self.previous = {sig: signal.signal(sig, self._raise)
+                         for sig in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        import signal
+        for sig in (signal.SIGTERM, signal.SIGINT):    # one stop: a second signal is no news
+            signal.signal(sig, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
 
 
 # The rehearsal's budgets per call on the CPU (seconds): enough for its tiny model's fixed costs,

@@ -91,6 +91,13 @@ def answer(data):
                   + f" ({used['tokens']:,} tokens each: {100 * used['fraction_of_official']:.2f}% "
                   f"of ELECTRA-small's official budget, {OFFICIAL_SMALL_STEPS:,} steps x 128 x "
                   "128).", ""]
+    calls = data.get("calls") or []
+    for index, call in enumerate(calls):
+        if call.get("stopped"):
+            resumed = any(c["call"] == call["call"] for c in calls[index + 1:])
+            lines += [f"**Call {call['call']} {call['stopped']}**; "
+                      + ("a later run of the same call continued from the work folder." if resumed
+                         else "a rerun of the same command continues from the work folder."), ""]
     compiled = [c for call in data.get("calls") or []
                 for c in call.get("compiles_after_compile_stage") or []]
     if compiled:

@@ -106,10 +106,24 @@ if [ -n "$archive" ]; then
     rm -rf "$scratch"
   fi
 fi
-set -o pipefail
 status=0
 # tensorflow made unimportable: this path must not need it (a GPU box without it, a JAX TPU VM).
-"$python" -c "import runpy, sys; sys.modules['tensorflow'] = None; sys.argv = ['reproduce.gpu_budget'] + sys.argv[1:]; runpy.run_module('reproduce.gpu_budget', run_name='__main__')" "${args[@]}" 2>&1 | tee -a "$log" "$out/gpu_run.log" || status=$?
+# In the background, so that a SIGTERM / SIGINT to this script (a time limit, a preemption)
+# reaches the run at once: it records where it stopped, writes its report and ends; the cache is
+# packed after it as after any run.
+"$python" -c "import runpy, sys; sys.modules['tensorflow'] = None; sys.argv = ['reproduce.gpu_budget'] + sys.argv[1:]; runpy.run_module('reproduce.gpu_budget', run_name='__main__')" "${args[@]}" > >(tee -a "$log" "$out/gpu_run.log") 2>&1 &
+run=$!
+stopped=
+forward() { if [ -z "$stopped" ]; then stopped=$1; kill "-$1" "$run" 2>/dev/null || true; fi; }
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+while :; do
+  wait "$run" && status=0 || status=$?
+  kill -0 "$run" 2>/dev/null || break      # a trap ended the wait: wait for the run itself
+done
+trap - TERM INT
+sleep 0.2                                  # tee's last lines
+[ -z "$stopped" ] || say "gpu_run.sh: stopped by SIG$stopped; rerun the same command to continue"
 # What this run and the ones before it compiled, for the next machine (--compile_cache); written
 # to a temporary name first, so a cut-off pack leaves no truncated archive behind.
 if [ -n "$cache" ] && [ -d "$cache" ] && [ -n "$(ls -A "$cache")" ]; then

@@ -9,6 +9,7 @@ schedule, the report's lines."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -123,17 +124,37 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
         labels = png_labels(str(first / png))
         assert all(ax["xlabel"] and ax["ylabel"] for ax in labels) and labels[0]["legend"]
 
-    # call 2 on the same work folder, its compile cache from call 1's archive alone
+    # call 2 on the same work folder, its compile cache from call 1's archive alone; stopped by
+    # SIGTERM (a time limit) while it fine-tunes, then run again: it continues
     shutil.rmtree(cache)
-    stdout = call(2, second, f"--compile_cache={first / 'jax_cache.tar.gz'}")
-    assert f"jax_cache.tar.gz unpacked into {cache}" in stdout
-    assert "throughput from" in stdout and "pre-training stopped" in stdout or \
-        "pre-trained (100 steps), skipped" in stdout
+    cut = root / "out2_cut"
+    stopping = subprocess.Popen(
+        ["bash", "scripts/gpu_run.sh", "--rehearse", "--call=2", f"--bundle_dir={here}",
+         f"--output_dir={cut}", f"--work_dir={work}",
+         f"--compile_cache={first / 'jax_cache.tar.gz'}"],
+        cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    for line in stopping.stdout:
+        lines.append(line)
+        if "seed 2: training" in line:
+            stopping.send_signal(signal.SIGTERM)      # the script, as a time limit would
+    assert stopping.wait(timeout=300) == 128 + signal.SIGTERM, "".join(lines[-20:])
+    text = "".join(lines)
+    assert f"jax_cache.tar.gz unpacked into {cache}" in text
+    assert "stopped by SIGTERM in stage finetune" in text and "Traceback" not in text
+    assert "gpu_run.sh: stopped by SIGTERM; rerun the same command to continue" in text
+    assert (cut / "jax_cache.tar.gz").exists() and "**Call 2 stopped by SIGTERM in stage " \
+        "finetune" in (cut / "results.md").read_text()
+    stdout = call(2, second)
+    assert "throughput from" in stdout and ("pre-training stopped earlier" in stdout
+                                            or "pre-trained (100 steps), skipped" in stdout)
     data = json.loads((second / "results.json").read_text())
-    assert [c["call"] for c in data["calls"]] == [1, 2] and all(
-        c["finished"] and c["compiles_after_compile_stage"] == [] for c in data["calls"])
+    assert [c["call"] for c in data["calls"]] == [1, 2, 2]
+    assert [c["finished"] for c in data["calls"]] == [True, False, True]
+    assert all(c["compiles_after_compile_stage"] == [] for c in data["calls"])
     log = (second / "gpu_run.log").read_text()
-    assert log.index("=== call 1") < log.index("=== call 2")      # appended, not overwritten
+    assert log.index("=== call 1") < log.index("=== call 2") < log.index("gpu_run.sh: stopped") \
+        < log.rindex("=== call 2")                   # appended, not overwritten
     stopped = {m for m, p in data["pretraining"].items() if p.get("collapsed")}
     for model, p in data["pretraining"].items():
         assert p["global_step"] == (p["global_step"] if model in stopped else 100)

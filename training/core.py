@@ -290,7 +290,7 @@ class TrainingCore:
             saver = CheckpointSaver(self.checkpoint, checkpoint_dir, s.keep_checkpoints,
                                     scratch_dir=None if self.chief else scratch_dir)
 
-        def save(step):
+        def save(step, stopping=False):
             return self._save(saver, export_dir)
 
         def run_steps(step):

@@ -758,10 +758,10 @@ class JaxTrainingCore:
                                              schedule_arguments)
             return num, jax.device_get(sums)   # the call's one host read
 
-        def save(step):
+        def save(step, stopping=False):
             path = None
             due = (not checkpoint_every or step % checkpoint_every == 0
-                   or step == s.total_steps)
+                   or step == s.total_steps or stopping)
             if checkpoint_dir is not None and due:
                 consumed = examples + (step - start_step) * s.batch_size
                 if is_writer():   # written once (the state is replicated), read by all
@@ -770,7 +770,7 @@ class JaxTrainingCore:
                                                        consumed, s.keep_checkpoints)
                 else:
                     path = os.path.join(checkpoint_dir, f"{CHECKPOINT_NAME}-{step}.safetensors")
-            if after_save is not None:
+            if after_save is not None and not stopping:    # a stop is no save point
                 self._assign(copy_state(current["state"]))
                 after_save(step)
             return path

@@ -188,7 +188,8 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
     its part of the progress line; schedule(step) -> the learning rate; save(step) -> the path
     written (None: no checkpoints); last_saved: the checkpoint restored at `start_step`; writer:
     a ScalarWriter (None: no TensorBoard). Raises TrainingError on a non-finite loss and
-    Interrupted (a TrainingError, after saving) on SIGTERM / SIGINT."""
+    Interrupted (a TrainingError, after saving: `save(step, stopping=True)`, which writes a
+    checkpoint whatever its own schedule) on SIGTERM / SIGINT."""
     s = settings
     prefix = f"{label}: " if label else ""
     notice = warmup_message(s, start_step, schedule, label)
@@ -204,9 +205,10 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
     step = start_step
     saved_step = start_step if last_saved is not None else None
 
-    def do_save():
+    def do_save(stopping=False):
         nonlocal last_saved, saved_step
-        last_saved, saved_step = save(step), step
+        # a stop's save is a checkpoint whatever the caller's schedule of checkpoints
+        last_saved, saved_step = (save(step, stopping=True) if stopping else save(step)), step
 
     with StopSignals() as stop:
         while step < s.total_steps:
@@ -273,8 +275,11 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
                 if save is None:
                     raise Interrupted(f"{where}; this run writes no checkpoints: rerun the same "
                                       "command to start it again", stop.received)
-                if saved_step != step:
-                    do_save()
+                if saved_step != step or last_saved is None:
+                    do_save(stopping=True)
+                if last_saved is None:
+                    raise Interrupted(f"{where}; no checkpoint written: rerun the same command "
+                                      "to start it again", stop.received)
                 raise Interrupted(f"{where}; saved {last_saved}; rerun the same command to "
                                   "resume", stop.received)
     if save is not None and saved_step != step:
