@@ -211,6 +211,9 @@ def write_preset(checkpoint, output, config=None, vocab_file=None, sp_model=None
     parent = fileio.dirname(os.path.abspath(output))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(output.rstrip('/'))}.tmp-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)    # mkdtemp's 0700 would become the preset's mode
     try:
         if model is not None:
             model.save_to_preset(tmp)

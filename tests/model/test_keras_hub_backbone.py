@@ -149,11 +149,11 @@ def test_text_classifier_fits_raw_strings_and_round_trips(tmp_path):
     assert classifier.preprocessor.sequence_length == SEQ
     x, y = np.array(SENTENCES), np.array(LABELS)
     classifier.compile(optimizer=keras.optimizers.Adam(3e-3))
-    first = classifier.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)["loss"]
-    # A random encoder's [CLS] vectors barely differ: the encoder itself has to learn (20 steps
-    # over the same 8 sentences, as one epoch: Keras' per-epoch overhead once).
-    classifier.fit(np.tile(x, 20), np.tile(y, 20), batch_size=8, shuffle=False, verbose=0)
-    last = classifier.evaluate(x, y, batch_size=8, verbose=0, return_dict=True)["loss"]
+    # A random encoder's [CLS] vectors barely differ: the encoder itself has to learn. Two epochs
+    # of 10 steps over the same 8 sentences: the mean loss of the second is well below the first.
+    history = classifier.fit(np.tile(x, 10), np.tile(y, 10), batch_size=8, epochs=2,
+                             shuffle=False, verbose=0)
+    first, last = history.history["loss"]
     assert last < first * 0.8, (first, last)
     before = classifier.predict(x, batch_size=8, verbose=0)
     classifier.save_to_preset(str(tmp_path / "tuned"))
