@@ -30,6 +30,7 @@ from keras_hub_convbert.text_classifier import (DEFAULT_SEQUENCE_LENGTH, ConvBer
                                                 ConvBertTextClassifierPreprocessor)
 from keras_hub_convbert.tokenizer import ConvBertSentencePieceTokenizer, ConvBertTokenizer
 from model.checkpoints import CheckpointError, assign_weights, check_finite, resolve_checkpoint
+from model.config import ConfigError
 
 BACKBONE_NAME = f"{SERIALIZATION_PACKAGE}>ConvBertBackbone"
 CONFIG_FILE, WEIGHTS_FILE, SHARDED_WEIGHTS_FILE = "config.json", "model.weights.h5", \
@@ -164,9 +165,10 @@ def _output_error(output):
 
 
 def write_preset(checkpoint, output, config=None, vocab_file=None, sp_model=None,
-                 lowercase=True, sequence_length=DEFAULT_SEQUENCE_LENGTH):
+                 lowercase=True, sequence_length=None):
     """Write the KerasHub preset of `checkpoint` (native, Hugging Face, TF1, a pre-training
-    model_dir, a fine-tuning run's saved model or a preset) to `output`. Returns a summary dict.
+    model_dir, a fine-tuning run's saved model or a preset) to `output`; the preprocessors pad to
+    `sequence_length` (None: 128, or the model's position count when smaller). Returns a summary.
     Raises CheckpointError / VocabError / ConfigError / ValueError before writing anything."""
     checkpoint, output = os.fspath(checkpoint), os.fspath(output)
     vocab_file = os.fspath(vocab_file) if vocab_file else None
@@ -187,6 +189,12 @@ def write_preset(checkpoint, output, config=None, vocab_file=None, sp_model=None
             raise VocabError(f"{checkpoint}: no vocabulary beside the checkpoint "
                              f"({', '.join(VOCAB_NAMES + (SP_MODEL_NAME,))}); give --vocab_file "
                              "or --sp_model")
+    if sequence_length is None:
+        sequence_length = min(DEFAULT_SEQUENCE_LENGTH, cfg.max_position_embeddings)
+    if not 2 < sequence_length <= cfg.max_position_embeddings:
+        raise ConfigError(f"sequence_length {sequence_length}: the model has "
+                          f"{cfg.max_position_embeddings} position embeddings (and [CLS] [SEP] "
+                          "need 2)")
     tokenizer, vocab_size = make_tokenizer(vocab_file, sp_model, lowercase)
     if vocab_size > cfg.vocab_size:
         raise VocabError(f"{sp_model or vocab_file}: {vocab_size} tokens but the model has only "

@@ -39,8 +39,9 @@ flags.DEFINE_string("vocab_file", None, "keras_hub: the WordPiece vocabulary (de
 flags.DEFINE_string("sp_model", None, "keras_hub: a SentencePiece model instead of a vocab file.")
 flags.DEFINE_bool("do_lower_case", True, "keras_hub: the tokenizer lower-cases (and strips "
                   "accents, WordPiece), as the released uncased models.")
-flags.DEFINE_integer("sequence_length", 128, "keras_hub: the preprocessor's padded length (the "
-                     "length the model was pre-trained at).")
+flags.DEFINE_integer("sequence_length", None, "keras_hub: the preprocessor's padded length, the "
+                     "length the model was pre-trained at (default 128, or the model's position "
+                     "count when smaller).")
 flags.mark_flags_as_required(["input", "output"])
 FLAGS = flags.FLAGS
 

@@ -20,6 +20,7 @@ import keras_hub_convbert  # noqa: E402,F401
 from keras_hub_convbert.presets import check_preset, read_preset, write_preset  # noqa: E402
 from model import ConvBertConfig, ConvBertModel  # noqa: E402
 from model.checkpoints import CheckpointError  # noqa: E402
+from model.config import ConfigError  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -135,6 +136,16 @@ def test_sentencepiece_ids_are_the_toolkits(tmp_path):
     texts = [t for t in TEXTS if t.strip()]
     got = [list(map(int, row)) for row in hub(texts)]
     assert got == ours.tokenize(texts)
+    # A SentencePiece pre-training run (sentencepiece.model in its model_dir) -> its preset's
+    # tokenizer, found by fine-tuning too.
+    from finetune.encoder_source import find_sp_model
+    ConvBertModel(CONFIG).save_pretrained(tmp_path / "run" / "discriminator")
+    (tmp_path / "run" / "sentencepiece.model").write_bytes(open(sp_model, "rb").read())
+    write_preset(tmp_path / "run", tmp_path / "preset")
+    loaded = keras_hub.models.TextClassifierPreprocessor.from_preset(str(tmp_path / "preset"))
+    assert type(loaded.tokenizer).__name__ == "ConvBertSentencePieceTokenizer"
+    assert [list(map(int, row)) for row in loaded.tokenizer(texts)] == got
+    assert find_sp_model(str(tmp_path / "preset")).endswith("vocabulary.spm")
 
 
 def test_bad_presets_are_one_line(tmp_path):
@@ -147,6 +158,9 @@ def test_bad_presets_are_one_line(tmp_path):
     big.write_text("\n".join(SPECIAL + [f"w{i}" for i in range(100)]) + "\n")
     with pytest.raises(Exception, match="105 tokens but the model has only 64"):
         write_preset(tmp_path / "ckpt", tmp_path / "out", vocab_file=big)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="sequence_length 128: the model has 64 position"):
+        write_preset(tmp_path / "ckpt", tmp_path / "out", vocab_file=vocab, sequence_length=128)
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
     # A file missing, another architecture.
