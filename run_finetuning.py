@@ -203,7 +203,7 @@ def run(argv=None):
                                                 FLAGS.gcp_project, FLAGS.num_cpu_devices)
         # Several processes (--distribution=multi_worker / --coordinator_address ...): joined
         # by run_tasks once the features are read; each reads them all and feeds its rows.
-        from training.jax_core import start_processes
+        from training.jax_distribution import start_processes
         kwargs["join_processes"] = functools.partial(
             start_processes, FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
             FLAGS.process_id, FLAGS.distributed_timeout, log=say)
@@ -229,7 +229,7 @@ def check_flags():
     """Flags that cannot work, each refused in one line naming it before any input is read:
     --train_file / --predict_file beside --features_dir (the features hold SQuAD's windows and
     dev JSON), a --model_size fine-tuning does not know (pre-training's `tiny` among them), and
-    on JAX the several-process flags (training/jax_core.py `check_process_flags`, as
+    on JAX the several-process flags (training/jax_distribution.py `check_process_flags`, as
     run_pretraining.py); on TensorFlow those are refused whole (training/flags.py)."""
     if FLAGS.features_dir:
         for name in ("train_file", "predict_file"):
@@ -251,7 +251,7 @@ def check_flags():
     if any(getattr(FLAGS, name) is not None for name in JAX_ONLY_FLAGS):
         import keras
         if keras.backend.backend() == "jax":
-            from training.jax_core import check_process_flags
+            from training.jax_distribution import check_process_flags
             check_process_flags(FLAGS.distribution, FLAGS.coordinator_address,
                                 FLAGS.num_processes, FLAGS.process_id,
                                 FLAGS.distributed_timeout)

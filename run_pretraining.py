@@ -259,7 +259,7 @@ def main(argv):
 
 def _main_jax():
     """KERAS_BACKEND=jax: pretrain/jax_trainer.py, TensorFlow never imported."""
-    from training.jax_core import check_process_flags
+    from training.jax_distribution import check_process_flags
     from training.loop import TrainingError
     try:   # several-process flags that cannot work: before any data is read or written
         check_process_flags(FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
@@ -274,7 +274,7 @@ def _main_jax():
     from pretrain.hparams import HParamsError
     from pretrain.jax_trainer import pretrain_jax
     from pretrain.task import input_shares
-    from training.jax_core import jax_num_devices, start_processes
+    from training.jax_distribution import jax_num_devices, start_processes
     try:   # the --distribution flags on JAX; --num_cpu_devices before JAX starts
         num_devices = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                       FLAGS.gcp_project, FLAGS.num_cpu_devices)

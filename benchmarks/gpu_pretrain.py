@@ -72,7 +72,7 @@ def bench_size(size, args, log=print):
     """{model: row} and the ConvBERT / ELECTRA step-time ratio of one model size."""
     import jax
     from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
-    from training.jax_core import seconds_per_step
+    from training.jax_programs import seconds_per_step
     models = {}
     for name, electra in (("ConvBERT", False), ("ELECTRA", True)):
         started = time.time()

@@ -124,7 +124,7 @@ def main():
     os.environ.setdefault("KERAS_BACKEND", "jax")
     cache = enable_compile_cache(args.jax_cache_dir)      # before the first compile
     import jax
-    from training.jax_core import seconds_per_step
+    from training.jax_programs import seconds_per_step
     os.makedirs(args.output_dir, exist_ok=True)
     out = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax_cache_dir": cache}

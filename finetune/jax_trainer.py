@@ -25,13 +25,13 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
 * precision: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32 weights); mixed_float16 (loss
   scaling) is TensorFlow-only;
 * devices: whatever distribution is set when the finetuner is built (finetune/run.py sets
-  `keras.distribution.DataParallel` over every local device first, training/jax_core.py
+  `keras.distribution.DataParallel` over every local device first, training/jax_distribution.py
   `use_devices`): the state replicated, each train block and each predict batch split along the
   batch axis, the one-device losses. The train batch must divide by the devices
   (`check_batch_size`, a one-line error); a predict batch is rounded up to a multiple of them
-  (the padding rows are dropped). Several processes (training/jax_core.py `start_processes`):
-  each reads every feature and feeds its rows of each train and predict batch, gets every
-  prediction back (`predict_step`'s replicated outputs), and process 0 alone writes.
+  (the padding rows are dropped). Several processes (training/jax_distribution.py
+  `start_processes`): each reads every feature and feeds its rows of each train and predict batch,
+  gets every prediction back (`predict_step`'s replicated outputs), and process 0 alone writes.
 
 TensorBoard: each trial's scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/` as on
 TensorFlow (train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every
@@ -53,7 +53,7 @@ def random_encoder_weights(config, seed):
     init baseline's start weights (every trial starts from the same encoder, as on TensorFlow)."""
     import keras
     from model import ConvBertModel
-    from training.jax_core import process_local_variables
+    from training.jax_distribution import process_local_variables
     from training.seeds import set_random_seed
     set_random_seed(seed)
     with process_local_variables():   # several processes: no cross-process check per variable
@@ -88,7 +88,8 @@ class JaxFinetuner:
         predict step returning `predict_outputs(forward(..., training=False))`."""
         from finetune.trainer import FinetuneTask
         from model import ConvBertModel
-        from training.jax_core import JaxTrainingCore, process_local_variables, set_precision
+        from training.jax_core import JaxTrainingCore, set_precision
+        from training.jax_distribution import process_local_variables
         from training.settings import TrainSettings
         self.hp, self.log = hp, log
         set_precision(hp.precision)   # (again: a caller may have changed it since)
@@ -121,7 +122,7 @@ class JaxFinetuner:
 
     def precompile_jobs(self, train_features, batch_size, eval_batch_size):
         """[(name, step, example args)] of the train and predict steps for
-        training/jax_core.precompile, from a task's features at these batch sizes."""
+        training/jax_programs.precompile, from a task's features at these batch sizes."""
         from data.pretraining_arrays import array_batches
         from training.device_input import batch_sharding, to_device
         inputs = self._train_inputs(train_features)
@@ -167,7 +168,7 @@ class JaxFinetuner:
         constructor's; its COMPILED_HPARAMS must match); {steps, final_loss, seconds}. writer: a
         training/summaries.py ScalarWriter for the train/ scalars (None: none)."""
         import dataclasses
-        from training.jax_core import check_batch_size
+        from training.jax_distribution import check_batch_size
         hp = hp or self.hp
         check_batch_size(hp.train_batch_size)
         inputs = self._train_inputs(features)
@@ -196,7 +197,7 @@ class JaxFinetuner:
     @staticmethod
     def predict_batch_size(batch_size):
         """`batch_size` rounded up to a multiple of the devices a batch is split over."""
-        from training.jax_core import num_replicas
+        from training.jax_distribution import num_replicas
         replicas = num_replicas()
         return -(-int(batch_size) // replicas) * replicas
 
@@ -206,7 +207,7 @@ class JaxFinetuner:
         split over them; the last one padded to that size so the step compiles once. With several
         processes each feeds its rows of every batch and gets every row back (`predict_step`)."""
         from training.device_input import batch_sharding, to_device
-        from training.jax_core import process_rows
+        from training.jax_distribution import process_rows
         batch_size = self.predict_batch_size(batch_size or self.hp.eval_batch_size)
         sharding = batch_sharding()
         inputs = {k: np.asarray(features[k], np.int32)
@@ -248,7 +249,7 @@ class JaxQAFinetuner(JaxFinetuner):
         from finetune import squad_task
         _prepare(hp)
         self.spec = None
-        from training.jax_core import process_local_variables
+        from training.jax_distribution import process_local_variables
         version = squad_task.VERSIONS[task]
         self.version = version
         with process_local_variables():   # built here: see `_build`
@@ -316,7 +317,7 @@ def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, fi
     import os
     from finetune.glue_task import (choose_test_predictions, save_finetuned_model,
                                     to_predictions, write_dev_results, write_trials_summaries)
-    from training.jax_core import is_writer
+    from training.jax_distribution import is_writer
     from training.summaries import ScalarWriter
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)
@@ -362,7 +363,7 @@ def run_squad_task(task, hp, config, encoder_weights, sets, model_dir, finetuner
     TensorFlow run's files (finetune/squad_task.py `write_trial_results`, `write_summary`) and
     each trial's TensorBoard scalars (train/, dev_<task>/); returns the metrics per trial."""
     from finetune import squad_task
-    from training.jax_core import is_writer
+    from training.jax_distribution import is_writer
     from training.summaries import ScalarWriter
     finetuners = finetuners or Finetuners(log)
     finetuner = finetuners.get(config, task, hp)

@@ -12,8 +12,8 @@ tasks read their train / dev / test arrays from there, SQuAD its windows and dev
 against the run (vocabulary sha256, max_seq_length, casing, for training double_unordered and
 max_train_examples, for SQuAD doc_stride and max_query_length), and nothing is tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
 trains with finetune/jax_trainer.py and never imports TensorFlow, on every local device
-(`keras.distribution.DataParallel`; `num_devices`: training/jax_core.py `jax_num_devices` of the
-driver's --distribution flags), or of several processes (`join_processes`; process 0 writes);
+(`keras.distribution.DataParallel`; `num_devices`: training/jax_distribution.py `jax_num_devices`
+of the driver's --distribution flags), or of several processes (`join_processes`; process 0 writes);
 the TensorFlow backend takes it too. Both write the same results files.
 """
 from __future__ import annotations
@@ -129,8 +129,8 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
               predict_file=None, features_dir=None, num_devices=None, join_processes=None):
     """`tasks` one after another into `model_dir` (see the module doc). On JAX `num_devices` is
     how many local devices to use (None: all) and `join_processes`, if given, joins several
-    processes (training/jax_core.py `start_processes` with the driver's flags) once every input
-    is read and checked, before any JAX computation; on TensorFlow the caller's strategy scope
+    processes (training/jax_distribution.py `start_processes` with the driver's flags) once every
+    input is read and checked, before any JAX computation; on TensorFlow the caller's strategy scope
     decides."""
     from finetune import glue_task, squad_task
     from finetune.encoder_source import EncoderSource, find_vocab_file
@@ -154,7 +154,8 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
 
     writes = True
     if backend == "jax":
-        from training.jax_core import check_batch_size, is_writer, set_precision, use_devices
+        from training.jax_core import set_precision
+        from training.jax_distribution import check_batch_size, is_writer, use_devices
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
         if join_processes is not None:     # a bad input file: said before waiting for peers
             join_processes()

@@ -404,13 +404,13 @@ class DeviceScorer:
         scorer.discriminate(last, values=snapshot_values)["disc_auc"]   # ... many discriminators
 
     `values=` (a `snapshot`) scores those values instead of the pre-trainer's current ones.
-    `precompile_jobs()` gives both programs to training/jax_core.precompile."""
+    `precompile_jobs()` gives both programs to training/jax_programs.precompile."""
 
     def __init__(self, pretrainer, heldout, temperature=1.0):
         import jax
         import keras
         from pretrain import masking
-        from training.jax_core import PrecompilableStep
+        from training.jax_programs import PrecompilableStep
         if pretrainer.disc_head is None:
             raise EvalError("the run is a plain MLM (electra_objective false): no discriminator")
         self.pretrainer, self.heldout = pretrainer, heldout
@@ -505,7 +505,7 @@ class DeviceScorer:
 
     def precompile_jobs(self, name="held-out"):
         """[(name, PrecompilableStep, example arguments)] of the scoring and the fixed-corruption
-        discriminator programs, for training/jax_core.precompile."""
+        discriminator programs, for training/jax_programs.precompile."""
         fake = self.heldout.arrays["input_ids"]
         return [(f"{name} scoring", self._score, self._score_args()),
                 (f"{name} discriminator", self._discriminate, self._discriminate_args(fake))]

@@ -17,7 +17,7 @@ shards read by `data/tfrecord_io.py`, no tf.data. On an accelerator set `--steps
 the log interval (one host read per log line).
 
 Several hosts (processes): the driver's `--distribution=multi_worker` / `--coordinator_address`
-join them on JAX's runtime (training/jax_core.py `start_processes`) before this runs; the
+join them on JAX's runtime (training/jax_distribution.py `start_processes`) before this runs; the
 devices of every process make one DataParallel, each process reads its own share of the TFRecord
 files (hparam `input_shares`, pretrain/task.py `host_batches`) and process 0 alone writes
 `model_dir`.
@@ -34,7 +34,8 @@ import time
 from base import fileio
 from pretrain.hparams import train_settings
 from pretrain.task import PretrainingTask, write_vocabulary
-from training.jax_core import JaxTrainingCore, check_batch_size, is_writer, use_devices
+from training.jax_core import JaxTrainingCore
+from training.jax_distribution import check_batch_size, is_writer, use_devices
 from training.loop import TrainingError
 
 CHECKPOINT_DIR = "jax_checkpoints"
@@ -58,7 +59,7 @@ def pretrain_jax(hp, model_dir, train_files, vocab_size, special_ids=None, log=p
     """Pre-train `hp` on `train_files` into `model_dir` on JAX; returns the run summary.
     vocab_file / sp_model: the shards' vocabulary, copied into `model_dir` as on TensorFlow
     (pretrain/task.py write_vocabulary).
-    num_devices: how many local devices (None: all; training/jax_core.py `jax_num_devices`
+    num_devices: how many local devices (None: all; training/jax_distribution.py `jax_num_devices`
     reads it from the driver's --distribution flags)."""
     import jax
     import keras

@@ -178,11 +178,11 @@ class GpuModels:
         return scorer
 
     def compile(self, inputs, pretrain_models=PRETRAINED, finetune=True):
-        """Every step of the run compiled up front, in parallel (training/jax_core.precompile):
+        """Every step of the run compiled up front, in parallel (training/jax_programs.precompile):
         those of `pretrain_models`' pre-training and held-out scoring, and with `finetune` the
         fine-tuning and predict steps (a resumed run: only what is left to run). {program:
         seconds until it was compiled}."""
-        from training.jax_core import precompile
+        from training.jax_programs import precompile
         jobs = []
         for model, (_, core, step) in self.pretrainers.items():
             if model not in pretrain_models:
@@ -210,7 +210,7 @@ def throughput(models, inputs, compile_seconds, log):
     benchmarks/gpu_pretrain.py counts them: model/flops.py)."""
     import jax
     from model.flops import peak_bf16_tflops, rtd_model_flops_per_sequence
-    from training.jax_core import seconds_per_step
+    from training.jax_programs import seconds_per_step
     r = models.recipe
     built = models.pretrainers
     args = {model: core.example_args(inputs.batch) for model, (_, core, _) in built.items()}
@@ -254,7 +254,7 @@ def finetune_step_seconds(models, inputs, log):
     the throughput steps are (the step that fine-tunes, compiled already); "random" is
     ConvBERT's."""
     from data.pretraining_arrays import array_batches
-    from training.jax_core import seconds_per_step
+    from training.jax_programs import seconds_per_step
     r = models.recipe
     task = head_tasks(models.tasks)[0]
     hp = finetune_hparams(r, task, models.seed)

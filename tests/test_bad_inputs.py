@@ -545,7 +545,7 @@ CASES = [
     _c("flags_output_is_file_lm", lambda d, a: _lm(d, a) + [
         f"--model_dir={_write(d / 'out' / 'lm_file', 'an earlier file')}"],
        lambda d, a: [str(d / "out" / "lm_file")]),
-    # Several processes on JAX (training/jax_core.py start_processes; loopback only): the
+    # Several processes on JAX (training/jax_distribution.py start_processes; loopback only): the
     # coordinator's port closed, and one shard for two processes that each read their own.
     _c("flags_coordinator_no_answer_pretrain", lambda d, a: _on_jax(_pretrain(
         d, a, _two_shards(d, a), None, None, f"--coordinator_address=127.0.0.1:{_closed_port()}",
@@ -559,7 +559,7 @@ CASES = [
         d, a, None, None, None, "--coordinator_address=127.0.0.1:1", "--num_processes=2",
         "--process_id=0")),
        lambda d, a: [str(a["shards"]), "1 TFRecord file(s) do not split evenly over 2 processes"]),
-    # Several-process flags that cannot work (training/jax_core.py check_process_flags): one
+    # Several-process flags that cannot work (training/jax_distribution.py check_process_flags): one
     # line naming the flag before any data is read or any process joined.
     _c("flags_coordinator_no_port_pretrain", lambda d, a: _on_jax(_pretrain(
         d, a, _two_shards(d, a), None, None, "--coordinator_address=localhost",

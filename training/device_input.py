@@ -16,7 +16,7 @@ serves: the TF-free TFRecord reader (data/tfrecord_io.py) and the bundle's array
 A batch is any pytree of arrays (a dict of features; the language model's one array of token
 blocks). The blocks go to the device with the batch axis (axis 1) split over the devices when a
 Keras `DataParallel` distribution is set, else to the default device; with several processes
-each process's batches are its rows of the global batch (training/jax_core.py
+each process's batches are its rows of the global batch (training/jax_distribution.py
 `process_batches`), put on its own devices as its part of one global array. int64 arrays
 (`example_id`) become int32 unless JAX runs with x64, as jit would convert them.
 """

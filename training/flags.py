@@ -4,7 +4,7 @@ TensorFlow or JAX starts, and `training` re-exports it (`from training import PR
 
 The strategy flags mean the same on both backends where they can: on TensorFlow they pick a
 tf.distribute strategy (training/distribution.py `make_strategy`), on Keras-on-JAX the local
-devices of a `keras.distribution.DataParallel` (training/jax_core.py `jax_num_devices`), or
+devices of a `keras.distribution.DataParallel` (training/jax_distribution.py `jax_num_devices`), or
 with multi_worker every device of several processes joined on JAX's runtime (`start_processes`,
 with the JAX-only flags below)."""
 

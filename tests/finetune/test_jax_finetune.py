@@ -32,7 +32,7 @@ if os.environ["KERAS_BACKEND"] == "jax":
 import keras
 devices = int(sys.argv[4])
 if devices > 1:   # as run_finetuning.py --num_cpu_devices: before JAX starts
-    from training.jax_core import jax_num_devices, use_devices
+    from training.jax_distribution import jax_num_devices, use_devices
     assert use_devices(jax_num_devices("mirrored", num_cpu_devices=devices)) == devices
 from data.pretraining_arrays import array_batches
 from finetune.classification_head import ClassificationHead

@@ -1,5 +1,5 @@
 """Fine-tuning on several JAX processes (issue 50 item 3): run_finetuning.py --features_dir on
-KERAS_BACKEND=jax as 2 processes x 2 CPU devices, joined on loopback (training/jax_core.py
+KERAS_BACKEND=jax as 2 processes x 2 CPU devices, joined on loopback (training/jax_distribution.py
 `start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model, 2
 trials of 3 steps each, 64 tokens) give the same training losses (TensorBoard's train/loss,
 within 1e-5), the same results files (dev predictions and metrics, SQuAD's answers; the n-best

@@ -1,7 +1,7 @@
-"""Several processes on JAX's own distributed runtime (training/jax_core.py `start_processes`,
-issue 50 item 3): run_pretraining.py (tiny, MLM) as 2 processes x 2 CPU devices joined on
-loopback (JAX's coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4 CPU
-devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file
+"""Several processes on JAX's own distributed runtime (training/jax_distribution.py
+`start_processes`, issue 50 item 3): run_pretraining.py (tiny, MLM) as 2 processes x 2 CPU devices
+joined on loopback (JAX's coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4
+CPU devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file
 (input_shares 2: the one-process run reads the same two shares), process 0 alone writes the
 model_dir, and a rerun of both processes resumes exactly from the checkpoint process 0 wrote.
 Loopback only; TensorFlow cannot be imported in any of the processes."""
@@ -91,7 +91,7 @@ def test_input_shares(tiny_data, monkeypatch):  # noqa: F811
     from data.errors import DataError
     from pretrain.hparams import make_hparams
     from pretrain.task import PretrainingTask, input_shares
-    from training import jax_core
+    from training import jax_distribution
     files = sorted(glob.glob(tiny_data[0]))
     hp = make_hparams("tiny", overrides={**tiny_hparams(input_shares=2), "vocab_size": 100})
     task = PretrainingTask(hp, files, 100)
@@ -125,5 +125,5 @@ def test_input_shares(tiny_data, monkeypatch):  # noqa: F811
             return iter([{"x": np.arange(8) + 8 * skip}])
     monkeypatch.setattr("jax.process_count", lambda: 2)
     monkeypatch.setattr("jax.process_index", lambda: 1)
-    np.testing.assert_array_equal(next(jax_core.process_batches(Whole(), 1))["x"],
+    np.testing.assert_array_equal(next(jax_distribution.process_batches(Whole(), 1))["x"],
                                   np.arange(12, 16))

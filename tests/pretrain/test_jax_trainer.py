@@ -180,11 +180,11 @@ def test_tensorflow_flags_are_refused(tiny_data, tmp_path):  # noqa: F811
 
 def test_distribution_flags_on_jax(monkeypatch):
     """The TensorFlow drivers' --distribution vocabulary on JAX (both drivers,
-    training/jax_core.jax_num_devices): every local device by default and for mirrored, one for
-    one_device, --num_cpu_devices through XLA_FLAGS, multi_worker several processes; what only
+    training/jax_distribution.jax_num_devices): every local device by default and for mirrored, one
+    for one_device, --num_cpu_devices through XLA_FLAGS, multi_worker several processes; what only
     TensorFlow has is one line."""
     import re
-    from training.jax_core import jax_num_devices
+    from training.jax_distribution import jax_num_devices
     from training.loop import TrainingError
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_foo")
     assert jax_num_devices() is None and jax_num_devices("mirrored") is None
@@ -195,7 +195,7 @@ def test_distribution_flags_on_jax(monkeypatch):
     # multi_worker: every device of every process (start_processes joins them; its test:
     # tests/pretrain/test_jax_multiprocess.py); none asked for: one process
     assert jax_num_devices("multi_worker") is None
-    from training.jax_core import start_processes
+    from training.jax_distribution import start_processes
     assert start_processes("mirrored") == (0, 1)
     with pytest.raises(TrainingError, match="one_device and several processes"):
         start_processes("one_device", coordinator_address="127.0.0.1:1")

@@ -16,7 +16,8 @@ import numpy as np
 import keras
 from training import optimization
 import jax
-from training.jax_core import JaxTrainingCore, precompile
+from training.jax_core import JaxTrainingCore
+from training.jax_programs import precompile
 from training.settings import TrainSettings
 from tests.training.toy_task import ToyTask, toy_batches
 

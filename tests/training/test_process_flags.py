@@ -1,4 +1,4 @@
-"""The several-process flags on Keras-on-JAX (training/jax_core.py `check_process_flags`,
+"""The several-process flags on Keras-on-JAX (training/jax_distribution.py `check_process_flags`,
 `start_processes`): what cannot work is one line naming the flag before anything starts, and a
 process that waits for its peers says so once, with the address, before it blocks.
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from training.jax_core import check_process_flags, start_processes
+from training.jax_distribution import check_process_flags, start_processes
 from training.loop import TrainingError
 
 
