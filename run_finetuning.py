@@ -198,7 +198,7 @@ def run(argv=None):
                   do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
                   predict_file=FLAGS.predict_file, features_dir=features_dir)
     if keras_backend(features_dir) == "jax":   # finetune/jax_trainer.py; no TensorFlow
-        from training.jax_core import jax_num_devices   # every local device by default
+        from training.jax_distribution import jax_num_devices   # every local device by default
         kwargs["num_devices"] = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
                                                 FLAGS.gcp_project, FLAGS.num_cpu_devices)
         # Several processes (--distribution=multi_worker / --coordinator_address ...): joined
