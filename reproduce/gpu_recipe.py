@@ -166,9 +166,9 @@ SMOKE = dataclasses.replace(
 # The GPU call's structure at a size the CPU affords: the plan from timed steps, 25-step blocks,
 # 8 held-out points, 3 seeds over two calls, task-major fine-tuning, the collapse stop, the
 # official schedule's form. Smaller: the model, the batch, fine-tuning (30 steps a trial, 32 dev
-# examples), 100 pre-training steps at most, one throughput round, fp32 (XLA's CPU bf16 code compiles and runs ~2x slower: the
+# examples), 50 pre-training steps (two blocks, two held-out points), one throughput round, fp32 (XLA's CPU bf16 code compiles and runs ~2x slower: the
 # precision changes the programs' numbers, not their structure) and a 10-step warm-up, so that
-# the tiny model learns something in its ~100 steps and the collapse stop has a real curve to
+# the tiny model learns something in its 50 steps and the collapse stop has a real curve to
 # judge, not the prior.
 REHEARSAL = dataclasses.replace(
     GPU_BUDGET, name="rehearsal",
@@ -177,7 +177,7 @@ REHEARSAL = dataclasses.replace(
     finetune=dict(GPU_BUDGET.finetune, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
                   eval_batch_size=16, max_train_steps=30, precision="fp32"),
     warmup_steps=10, heldout_examples=32, throughput_rounds=1, max_eval_examples=32,
-    max_pretrain_steps=100)
+    min_pretrain_steps=50, max_pretrain_steps=50)
 
 
 def pretrain_hparams(recipe, bundle, model, steps, seed=0):

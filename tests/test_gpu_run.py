@@ -105,7 +105,7 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     # the plan splits the window: pre-training and seed 1 here, seeds 2 and 3 in call 2
     assert plan["calls"]["1"]["seeds"] == [1] and plan["calls"]["2"]["seeds"] == [2, 3]
     assert plan["steps"] == REHEARSAL.max_pretrain_steps      # the CPU's cap
-    assert "plan: 100 pre-training steps per model" in stdout and "in call 2" in stdout
+    assert "plan: 50 pre-training steps per model" in stdout and "in call 2" in stdout
     # compiled once: nothing after the compile stage, and the throughput stage timed the
     # training program (25-step calls)
     assert data["calls"][-1]["compiles_after_compile_stage"] == []
@@ -113,11 +113,11 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     md = (first / "results.md").read_text()
     assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `rehearsal` (its "
                          "numbers answer nothing)\n\n**These numbers answer nothing**: recipe "
-                         "`rehearsal` is a check of the path on a tiny model; 100 "
+                         "`rehearsal` is a check of the path on a tiny model; 50 "
                          "pre-training steps (fewer than 1,000); 1 seed(s) per task")
     assert "GLUE dev examples scored per task: cola 32 of 1,043" in md
     schedule = data["pretrain_lr_schedule"]
-    assert schedule == REHEARSAL.lr_schedule(100)
+    assert schedule == REHEARSAL.lr_schedule(50)
     assert f"the highest rate reached is {schedule['highest_lr']:.3g}, at step " \
            f"{schedule['highest_at']:,}" in md
     for png in ("pretraining_curves.png", "glue_scores.png"):
@@ -147,7 +147,7 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
         "finetune" in (cut / "results.md").read_text()
     stdout = call(2, second)
     assert "throughput from" in stdout and ("pre-training stopped earlier" in stdout
-                                            or "pre-trained (100 steps), skipped" in stdout)
+                                            or "pre-trained (50 steps), skipped" in stdout)
     data = json.loads((second / "results.json").read_text())
     assert [c["call"] for c in data["calls"]] == [1, 2, 2]
     assert [c["finished"] for c in data["calls"]] == [True, False, True]
@@ -157,7 +157,7 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
         < log.rindex("=== call 2")                   # appended, not overwritten
     stopped = {m for m, p in data["pretraining"].items() if p.get("collapsed")}
     for model, p in data["pretraining"].items():
-        assert p["global_step"] == (p["global_step"] if model in stopped else 100)
+        assert p["global_step"] == (p["global_step"] if model in stopped else 50)
     for model in set(("convbert", "electra", "random")) - stopped:
         assert sorted(data["glue"][model]) == ["cola", "mrpc", "rte", "sst", "sts"]
         for entry in data["glue"][model].values():
