@@ -416,9 +416,11 @@ class stop_on_signals:
         return False
 
 
-# The rehearsal's budgets per call on the CPU (seconds): enough for its tiny model's fixed costs,
-# the plan's fewest pre-training steps and its capped fine-tuning.
-REHEARSAL_BUDGET_S = {1: 150.0, 2: 60.0}
+# The rehearsal's budgets per call on the CPU (seconds): bounds, not what it takes (its work is
+# capped: ~80 s and ~25 s on a quiet 2-core VM), wide enough that a loaded CI machine does not cut
+# the planned seeds (60 s for call 2 did, at load ~3: "a seed took 18s"); the cut itself is
+# tests/test_gpu_run.py::test_budget_cut_drops_whole_tasks_never_one_model's.
+REHEARSAL_BUDGET_S = {1: 300.0, 2: 150.0}
 
 
 if __name__ == "__main__":
