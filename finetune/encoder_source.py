@@ -9,24 +9,13 @@ SentencePiece model a pre-training run wrote: `find_sp_model`).
 """
 from __future__ import annotations
 
-import json
 
 from base import fileio
 from finetune.console import UsageError, warn
+from model.checkpoints import is_keras_hub_preset
 
 PRETRAIN_SEQ_KEYS = ("trained_max_seq_length", "max_seq_length")
 PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
-
-
-def is_keras_hub_preset(path):
-    """A KerasHub preset directory: config.json holds a serialized Keras object."""
-    config = fileio.join(path, "config.json")
-    if not (fileio.isdir(path) and fileio.isfile(config)):
-        return False
-    try:
-        return "registered_name" in json.loads(fileio.read_text(config))
-    except (ValueError, UnicodeDecodeError):
-        return False
 
 
 def read_checkpoint(path, checkpoints):

@@ -29,7 +29,8 @@ from keras_hub_convbert.masked_lm import ConvBertMaskedLM, ConvBertMaskedLMPrepr
 from keras_hub_convbert.text_classifier import (DEFAULT_SEQUENCE_LENGTH, ConvBertTextClassifier,
                                                 ConvBertTextClassifierPreprocessor)
 from keras_hub_convbert.tokenizer import ConvBertSentencePieceTokenizer, ConvBertTokenizer
-from model.checkpoints import CheckpointError, assign_weights, check_finite, resolve_checkpoint
+from model.checkpoints import (CheckpointError, assign_weights, check_finite, is_keras_hub_preset,
+                               resolve_checkpoint)
 from model.config import ConfigError
 
 BACKBONE_NAME = f"{SERIALIZATION_PACKAGE}>ConvBertBackbone"
@@ -48,14 +49,7 @@ _CLASSIFIER = re.compile(r"^task_specific/([^/]+)/dense/kernel$")
 # ------------------------------------------------------------------------------------- reading
 def is_preset(path) -> bool:
     """A directory whose config.json is a serialized Keras object (KerasHub's preset layout)."""
-    path = os.fspath(path)
-    config = os.path.join(path, CONFIG_FILE)
-    if not (fileio.isdir(path) and fileio.isfile(config)):
-        return False
-    try:
-        return "registered_name" in json.loads(fileio.read_text(config))
-    except (ValueError, UnicodeDecodeError):
-        return False
+    return is_keras_hub_preset(path)
 
 
 def check_preset(path):

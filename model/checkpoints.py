@@ -330,6 +330,19 @@ def write_tf1_checkpoint(directory, tensors, step=0, prefix_name="model.ckpt"):
     return os.path.join(directory, base)
 
 
+def is_keras_hub_preset(path):
+    """A KerasHub preset directory: its config.json holds a serialized Keras object (checked
+    without importing KerasHub; keras_hub_convbert/presets.py reads such a directory)."""
+    path = os.fspath(path)
+    config = os.path.join(path, "config.json")
+    if not (fileio.isdir(path) and fileio.isfile(config)):
+        return False
+    try:
+        return "registered_name" in json.loads(fileio.read_text(config))
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
 def save_pretrained(model, directory, format="keras", scope="electra"):
     """Write `model` (anything with `.config` and `weight_map()`) in `format`. Returns the path."""
     if format not in FORMATS:

@@ -56,7 +56,8 @@ def main(argv):
         return write_keras_hub_preset()
     try:
         config = ConvBertConfig.from_any(FLAGS.config) if FLAGS.config else None
-        if _is_keras_hub_preset(FLAGS.input):
+        from model.checkpoints import is_keras_hub_preset
+        if is_keras_hub_preset(FLAGS.input):
             return convert_keras_hub_preset(config)   # a KerasHub preset as the input
         fmt, config, tensors = resolve_checkpoint(FLAGS.input, config)
         has_mlm_head = any(name.startswith("generator_predictions/") for name in tensors)
@@ -69,15 +70,6 @@ def main(argv):
           f"{' incl. the masked-LM head' if has_mlm_head else ''}")
 
 
-def _is_keras_hub_preset(path):
-    """config.json holding a serialized Keras object (checked without importing KerasHub)."""
-    import json
-    config = os.path.join(path, "config.json")
-    try:
-        with open(config, encoding="utf-8") as f:
-            return "registered_name" in json.load(f)
-    except (OSError, ValueError):
-        return False
 
 
 def fail(error):
