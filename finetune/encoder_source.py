@@ -9,6 +9,7 @@ SentencePiece model a pre-training run wrote: `find_sp_model`).
 """
 from __future__ import annotations
 
+import json
 
 from base import fileio
 from finetune.console import UsageError, warn
