@@ -33,20 +33,10 @@ From feature files, on Keras-on-JAX (TensorFlow is never imported) or TensorFlow
     KERAS_BACKEND=jax python run_finetuning.py --features_dir=features --task_names=mrpc,sts \\
         --init_checkpoint=NATIVE_OR_HF_DIR --model_dir=out/glue_jax [--do_predict]
 
---features_dir replaces --data_dir for GLUE and SQuAD tasks (no tokenization; the manifest's
-vocabulary sha256, max_seq_length and casing, for SQuAD doc_stride and max_query_length, must
-match the run's; without --max_seq_length the run takes the manifest's, and without them in
---hparams SQuAD's doc_stride and max_query_length too) and writes the same
-results files (`python -m finetune.features --task_names=squadv1,squad ...` makes SQuAD's). On
-JAX: native, Hugging Face or TF1 checkpoints, precision fp32 or bf16, every local device
-(--distribution=one_device: the first; --num_cpu_devices=N splits the CPU), or every device of
-several processes (hosts) as in run_pretraining.py: the same command on each with
---coordinator_address=HOST0:PORT --num_processes=N --process_id=i (--distribution=multi_worker
-alone on a TPU pod slice / SLURM); each reads every feature file and process 0 alone writes
-model_dir. --data_dir, if also given, only checks the leaderboard files against the GLUE test
-sets. What a JAX run writes is what a TensorFlow run writes for GLUE and SQuAD: results/ (the
-same files), the same TensorBoard scalars under tensorboard/ (written without TensorFlow),
-finetune_hparams.json, and with save_finetuned_model the encoder + head under finetuned/.
+--features_dir replaces --data_dir (no tokenization; the manifest's vocabulary, lengths and
+casing must match the run's) and is the only input on JAX, where the run uses every local device
+or, with --coordinator_address / --num_processes / --process_id, every device of several
+processes (process 0 writes), and writes what a TensorFlow run writes (docs/FINETUNING.md).
 """
 from __future__ import annotations
 
@@ -163,21 +153,14 @@ def run(argv=None):
     blocked = fileio.output_dir_error(FLAGS.model_dir, "--model_dir")
     if blocked:
         raise UsageError(blocked)
-    check_flags()
+    from finetune.run import check_flags
+    check_flags(FLAGS)
     init = FLAGS.init_checkpoint
-    if FLAGS.vocab_file and FLAGS.sp_model:
-        raise UsageError("give --vocab_file or --sp_model, not both")
     tasks = parse_task_names(FLAGS.task_names)
     base_hp = load_hparams(FLAGS.hparams, **collect_flag_overrides())
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise UsageError("nothing to do: set --do_train, --do_eval or --do_predict")
     data_dir, features_dir = FLAGS.data_dir, FLAGS.features_dir
     if any(t not in QA_TASKS for t in tasks) and not (data_dir or features_dir):
         raise UsageError("--data_dir (or --features_dir) is required for GLUE tasks")
-    if data_dir and not fileio.isdir(data_dir):
-        raise UsageError(f"{data_dir}: --data_dir not found")
-    if features_dir and not fileio.isdir(features_dir):
-        raise UsageError(f"{features_dir}: --features_dir not found")
     if features_dir:
         # The shapes the features were made at, unless --max_seq_length / --hparams asks for
         # others (those are then refused, naming the manifest): SQuAD's windows too.
@@ -186,8 +169,6 @@ def run(argv=None):
         from finetune.run import adopt_manifest_shapes
         adopt_manifest_shapes(base_hp, read_manifest(features_dir),
                               asked=parse_hparams_arg(FLAGS.hparams)[0])
-    if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
-        raise UsageError(f"{init}: --init_checkpoint not found")
     sp_model = FLAGS.sp_model
     if init and not (FLAGS.vocab_file or sp_model or features_dir):
         from finetune.encoder_source import find_sp_model
@@ -198,18 +179,8 @@ def run(argv=None):
                   do_predict=FLAGS.do_predict, train_file=FLAGS.train_file,
                   predict_file=FLAGS.predict_file, features_dir=features_dir)
     if keras_backend(features_dir) == "jax":   # finetune/jax_trainer.py; no TensorFlow
-        from training.jax_distribution import jax_num_devices   # every local device by default
-        kwargs["num_devices"] = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
-                                                FLAGS.gcp_project, FLAGS.num_cpu_devices)
-        # Several processes (--distribution=multi_worker / --coordinator_address ...): joined
-        # by run_tasks once the features are read; each reads them all and feeds its rows.
-        from training.jax_distribution import start_processes
-        kwargs["join_processes"] = functools.partial(
-            start_processes, FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
-            FLAGS.process_id, FLAGS.distributed_timeout, log=say)
-        from training.compile_cache import enable_compile_cache
-        enable_compile_cache(FLAGS.jax_cache_dir, log=say)     # before the first compile
-        run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs)
+        from finetune.run import jax_run_options
+        run_tasks(tasks, base_hp, FLAGS.model_dir, **kwargs, **jax_run_options(FLAGS))
         return 0
     if FLAGS.jax_cache_dir is not None:
         raise UsageError("--jax_cache_dir is for KERAS_BACKEND=jax")
@@ -225,54 +196,15 @@ def run(argv=None):
     return 0
 
 
-def check_flags():
-    """Flags that cannot work, each refused in one line naming it before any input is read:
-    --train_file / --predict_file beside --features_dir (the features hold SQuAD's windows and
-    dev JSON), a --model_size fine-tuning does not know (pre-training's `tiny` among them), and
-    on JAX the several-process flags (training/jax_distribution.py `check_process_flags`, as
-    run_pretraining.py); on TensorFlow those are refused whole (training/flags.py)."""
-    if FLAGS.features_dir:
-        for name in ("train_file", "predict_file"):
-            if getattr(FLAGS, name):
-                raise UsageError(f"--{name} is not read with --features_dir (the features hold "
-                                 "SQuAD's windows and dev JSON): make features from it "
-                                 f"(python -m finetune.features --{name}=...) or leave out "
-                                 "--features_dir")
-    if FLAGS.model_size is not None:
-        from finetune.hparams import MODEL_SIZES, resolve_model_size
-        if str(FLAGS.model_size).strip().lower() == "tiny":
-            raise UsageError(
-                "--model_size 'tiny' is run_pretraining.py's demo model, not a fine-tuning size "
-                f"({', '.join(MODEL_SIZES)}, a configs/ name or a ConvBertConfig .json file): "
-                "fine-tune a tiny pre-training with --init_checkpoint=<its model_dir> (the "
-                "checkpoint gives the architecture) and no --model_size")
-        resolve_model_size(FLAGS.model_size, "--model_size")   # HParamsError naming the flag
-    from training.flags import JAX_ONLY_FLAGS, jax_only_flags_error
-    if any(getattr(FLAGS, name) is not None for name in JAX_ONLY_FLAGS):
-        import keras
-        if keras.backend.backend() == "jax":
-            from training.jax_distribution import check_process_flags
-            check_process_flags(FLAGS.distribution, FLAGS.coordinator_address,
-                                FLAGS.num_processes, FLAGS.process_id,
-                                FLAGS.distributed_timeout)
-        elif jax_only_flags_error(FLAGS):
-            raise UsageError(jax_only_flags_error(FLAGS))
-
-
 def glue_submission():
     """--glue_submission: one zip from every task's latest leaderboard file."""
     directory = FLAGS.submission_dir or (
         FLAGS.model_dir and os.path.join(FLAGS.model_dir, "results", "leaderboard"))
     if not directory or not FLAGS.data_dir:
         raise UsageError("--glue_submission needs --data_dir and --model_dir (or --submission_dir)")
-    from finetune.glue import leaderboard
-    from finetune.glue_task import describe_submission
-    if FLAGS.wnli_majority:
-        leaderboard.write_submission_file(
-            os.path.join(directory, "WNLI.tsv"), "wnli",
-            *leaderboard.majority_class_predictions(FLAGS.data_dir, "wnli"))
-    say(describe_submission(leaderboard.make_submission(directory, FLAGS.data_dir,
-                                                        allow_partial=FLAGS.allow_partial)))
+    from finetune.glue_task import gather_glue_submission
+    say(gather_glue_submission(directory, FLAGS.data_dir, FLAGS.allow_partial,
+                               FLAGS.wnli_majority))
     return 0
 
 

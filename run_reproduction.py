@@ -40,7 +40,7 @@ flags.DEFINE_string("tasks", None, "GLUE tasks (default: those of cola,sst,mrpc,
                     "train split under --glue_dir).")
 flags.DEFINE_integer("seed", 0, "Pre-training seed and first fine-tuning seed.")
 flags.DEFINE_boolean("reference", False, "Also train the PyTorch ELECTRA reference "
-                     "(benchmarks/rtd_reference.py) on the ELECTRA run's batches and plot its "
+                     "(reproduce/rtd_reference.py) on the ELECTRA run's batches and plot its "
                      "held-out curves beside ours (needs torch + transformers).")
 flags.DEFINE_integer("pretrain_steps", None, "Pre-train this many steps instead of the "
                      "recipe's (a longer run of the same recipe; warm-up and peak lr unchanged).")

@@ -31,7 +31,7 @@ setup(
     ],
     extras_require={
         # torch 2.13.0 is the CPU build on our machines; transformers gives the parity oracle and
-        # the PyTorch ELECTRA reference of benchmarks/rtd_reference.py (run_reproduction --reference).
+        # the PyTorch ELECTRA reference of reproduce/rtd_reference.py (run_reproduction --reference).
         # apache-beam: the Beam builder's tests (tests/data/test_beam_builder.py, the `*_beam`
         # cases of tests/test_bad_inputs.py) run on the DirectRunner. pytest-xdist runs the suite
         # on both cores (scripts/test.sh); coverage measures it (scripts/coverage.sh).

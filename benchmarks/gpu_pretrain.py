@@ -65,7 +65,7 @@ def build(size, electra, args):
     ids[:, 0], ids[:, -1] = SPECIAL["cls_id"], SPECIAL["sep_id"]
     batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids),
              "example_id": np.arange(args.batch, dtype=np.int32)}
-    return core.task_step(), core.example_args(batch, args.steps_per_call), task
+    return core.train_program(), core.example_args(batch, args.steps_per_call), task
 
 
 def bench_size(size, args, log=print):

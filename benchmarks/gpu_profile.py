@@ -71,7 +71,7 @@ def finetune_step(args):
              "segment_ids": np.zeros((32, 128), np.int32),
              "label_ids": rng.integers(0, 2, 32).astype(np.int32),
              "example_id": np.arange(32, dtype=np.int32)}
-    return finetuner.train_step, finetuner.core.example_args(batch, args.steps_per_call)
+    return finetuner.train_program, finetuner.core.example_args(batch, args.steps_per_call)
 
 
 # The gpu_budget recipe's pre-training settings (reproduce/gpu_budget.py GPU_BUDGET.pretrain; a
@@ -103,7 +103,7 @@ def rtd_step(args):
     ids[:, 0], ids[:, -1] = special["cls_id"], special["sep_id"]
     batch = {"input_ids": ids, "input_mask": np.ones((b, t), np.int32),
              "segment_ids": np.zeros((b, t), np.int32)}
-    return core.task_step(), core.example_args(batch, args.steps_per_call)
+    return core.train_program(), core.example_args(batch, args.steps_per_call)
 
 
 def main():

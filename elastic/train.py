@@ -202,7 +202,7 @@ class DynaBertTask(Task):
 
     def build(self):
         from finetune.glue_task import glue_model_fns
-        from finetune.trainer import encoder_with_head
+        from finetune.finetuner import encoder_with_head
         config, tensors = self.start
         self.student, self.head = build_model(config, tensors, self.task_name, "student")
         if self.teacher_weights is not None:
@@ -283,23 +283,18 @@ class DynaBertTask(Task):
 
 
 def train_settings(hp, total_steps, num_layers, save_every=None):
-    """The core's settings from fine-tuning hparams (finetune/hparams.py), as finetune/trainer.py
-    sets them: ELECTRA's AdamW, warm-up proportion, layer-wise LR decay, clip 1.0."""
-    from training import TrainSettings
-    return TrainSettings(
-        total_steps=total_steps, batch_size=hp.train_batch_size,
-        learning_rate=hp.learning_rate, warmup_proportion=hp.warmup_proportion,
-        weight_decay_rate=hp.weight_decay_rate, clip_norm=hp.clip_norm,
-        layerwise_lr_decay=hp.layerwise_lr_decay, num_layers=num_layers,
-        precision=hp.precision, jit_compile=False, log_every=max(1, int(hp.log_every_steps)),
-        steps_per_loop=max(1, int(hp.steps_per_loop)), save_every=save_every)
+    """The core's settings from fine-tuning hparams, as fine-tuning on TensorFlow sets them
+    (finetune/hparams.py `train_settings`), with checkpoints every `save_every` steps."""
+    from finetune.hparams import train_settings as finetune_settings
+    return finetune_settings(hp, num_layers, total_steps, jit_compile=False,
+                             save_every=save_every)
 
 
 def train_phase(task: DynaBertTask, hp, phase_dir: str, log=print, rewired_dir=None) -> dict:
     """Train one phase under `phase_dir` ({checkpoints, tensorboard, model, summary.json});
     resumes from its checkpoints. With `rewired_dir` the student as rewired, before any training,
     is saved there too (the baseline grid cuts the plain fine-tuned model from it)."""
-    from finetune.trainer import num_train_steps
+    from finetune.finetuner import num_train_steps
     from training import TrainingCore
     steps = num_train_steps(len(task.features["input_ids"]), hp.train_batch_size,
                             hp.num_train_epochs, hp.max_train_steps)

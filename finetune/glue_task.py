@@ -2,12 +2,15 @@
 leaderboard files and the paper-style dev table.
 
     data = load_glue_data("mrpc", hp, data_dir, do_train=True, do_eval=True, do_predict=False)
-    sets = tokenize_glue_data(data, tokenizer, hp)         # data: finetune/glue/splits.py         # or, without tokenizing:
-    sets = read_glue_features(features_dir, manifest, "mrpc", hp, True, True, False)
-    run_glue_task("mrpc", hp, sets, source, model_dir, submission={})
+    sets = tokenize_glue_data(data, tokenizer, hp)         # data: finetune/glue/splits.py
+    sets = read_glue_features(features_dir, manifest, "mrpc", hp, True, True, False)  # or this
+    finetuner, weights = tensorflow_glue_finetuner("mrpc", hp, source)   # or, on JAX,
+    finetuner = Finetuners().get(config, "mrpc", hp)                      # finetune/jax_trainer.py
+    run_glue_task("mrpc", hp, sets, finetuner, weights, model_dir, submission={})
 
-`GlueSets` (the model inputs of a task) and the writers below serve both backends: the
-TensorFlow Trainer here, Keras-on-JAX in finetune/jax_trainer.py `run_glue_task`.
+`run_glue_task` is the one GLUE trial loop (`glue_trial` one trial of it) for both backends'
+finetuners (finetune/finetuner.py): TensorFlow's finetune/trainer.py, Keras-on-JAX's
+finetune/jax_trainer.py, the GPU run's (reproduce/gpu_stages.py) and the random-init check's.
 
 Files under `<model_dir>/results/`: `<task>_dev_predictions.tsv`, `<task>_dev_metrics.json`
 (suffix `_trial<k>` with several trials, plus `<task>_dev_summary.json`: median and mean ± std),
@@ -70,16 +73,28 @@ class _EncoderWithHead:
         self.config, self.encoder, self.head, self.task = encoder.config, encoder, head, task
 
     def weight_map(self):
-        names = dict(self.encoder.weight_map())
-        names.update({f"task_specific/{self.task}/{k}": v
-                      for k, v in self.head.weight_map().items()})
-        return names
+        from finetune.finetuner import named_variables
+        return named_variables(self.encoder, self.head, self.task)
 
 
 def save_finetuned_model(encoder, head, task, directory):
     """Encoder + task head as one native checkpoint in `directory`."""
     from model import checkpoints
     return checkpoints.save_pretrained(_EncoderWithHead(encoder, head, task), directory)
+
+
+def make_glue_head(task, config, dropout_rate=0.1, build=True):
+    """ELECTRA's classification / regression head of `task` for an encoder of `config` (built
+    with `build`)."""
+    from finetune.classification_head import ClassificationHead
+    from finetune.glue.tasks import get_task
+    spec = get_task(task)
+    head = ClassificationHead(spec.num_labels, spec.is_regression, dropout_rate=dropout_rate,
+                              initializer_range=config.initializer_range,
+                              name=f"{spec.name}_head")
+    if build:
+        head.build((None, None, config.hidden_size))
+    return head
 
 
 class GlueSets:
@@ -187,46 +202,73 @@ def choose_test_predictions(task, hp, trial_metrics, trial_test_preds, submissio
         log(f"{task}: test predictions from trial {best + 1} (best dev score)")
 
 
-def run_glue_task(task, hp, sets, source, model_dir, submission):
-    """`hp.num_trials` trials of `task` on TensorFlow from its GlueSets."""
-    from finetune.classification_head import ClassificationHead
-    from finetune.glue.tasks import get_task
-    from finetune.encoder_source import check_sequence_length
-    from finetune.trainer import train_trials
+def tensorflow_glue_finetuner(task, hp, source, log=say):
+    """(TensorFlow finetuner, its start weights) of `task` from an encoder source."""
+    from finetune.trainer import tensorflow_finetuner
+    return tensorflow_finetuner(source, hp, task, lambda config: make_glue_head(task, config),
+                                *glue_model_fns(task), log=log)
 
-    spec = get_task(task)
-    check_sequence_length(source, hp.max_seq_length, task)
-    if sets.train is not None:
-        say(describe_training_set(task, hp, sets.train))
 
-    forward, loss = glue_model_fns(task)
+def glue_trial(task, hp, sets, finetuner, encoder_weights, trial, model_dir, writer=None,
+               log=say):
+    """One trial of `task` on either backend's finetuner (finetune/finetuner.py): started from
+    `encoder_weights`, trained on `sets.train` (None: not trained), each dev set predicted, its
+    predictions and metrics written under `model_dir` (`write_dev_results`; model_dir None or a
+    process that does not write: computed only) and its dev_<key>/ scalars to `writer`.
+    {eval key: (metrics, predictions)} and the steps trained."""
+    from finetune.finetuner import train_trial
+    from finetune.glue.metrics import compute_metrics
+    steps = train_trial(finetuner, trial, encoder_weights, sets.train, hp, writer)
+    out = {}
+    for key, features, guids in sets.evals:
+        logits = finetuner.predict(features, hp.eval_batch_size)["logits"]
+        if model_dir is not None and finetuner.writes:
+            metrics = write_dev_results(task, key, guids, logits, features["label_ids"],
+                                        model_dir, hp, trial, log=log)
+            if writer is not None:
+                writer.write(metrics, steps, prefix=f"dev_{key}/")
+        else:
+            metrics = compute_metrics(key, to_predictions(task, logits), features["label_ids"])
+        out[key] = (metrics, logits)
+    return out, steps
 
-    def make_head(config):
-        head = ClassificationHead(spec.num_labels, spec.is_regression, dropout_rate=0.1,
-                                  initializer_range=config.initializer_range,
-                                  name=f"{task}_head")
-        head.build((None, None, config.hidden_size))
-        return head
 
+def run_glue_task(task, hp, sets, finetuner, encoder_weights, model_dir, submission=None,
+                  log=say):
+    """`hp.num_trials` trials of `task` from its GlueSets: the one GLUE trial loop, on either
+    backend's finetuner (finetune/finetuner.py; every trial starts from `encoder_weights`, the
+    finetuner's own start weights on TensorFlow). Each dev set's predictions and metrics (and the
+    trials summary) under `<model_dir>/results/`, each trial's TensorBoard scalars (train/,
+    dev_<key>/) under its `trial.log_dir`; the test sets' predictions of the trial with the best
+    dev score into `submission` ({stem: (ids, predictions)}); with hp.save_finetuned_model each
+    trial's encoder + head under `<model_dir>/finetuned/<task>[_trial<k>]`. With several
+    processes all train and predict, the writer alone writes. {eval key: [metrics per trial]}."""
+    from finetune.finetuner import trials
+    from training.summaries import ScalarWriter
+    writes = finetuner.writes
     trial_metrics = {key: [] for key, _, _ in sets.evals}
     trial_test_preds = []
-    for trial, trainer, steps in train_trials(hp, task, model_dir, source, make_head, forward,
-                                              loss, sets.train, printer=say):
-        for key, features, guids in sets.evals:
-            logits = trainer.predict(features, ["logits"])["logits"]
-            metrics = write_dev_results(task, key, guids, logits, features["label_ids"],
-                                        model_dir, hp, trial)
+    for trial in trials(hp, task, model_dir):
+        writer = ScalarWriter(trial.log_dir if writes else None)
+        try:
+            dev, _ = glue_trial(task, hp, sets, finetuner, encoder_weights, trial, model_dir,
+                                writer, log)
+        finally:
+            writer.close()
+        for key, (metrics, _) in dev.items():
             trial_metrics[key].append(metrics)
-            trainer.write_scalars(f"dev_{key}", metrics, steps)
-        if sets.predicts:
+        if sets.predicts:   # the eval batch size: the compiled predict step serves both
             trial_test_preds.append([(stem, guids, to_predictions(
-                task, trainer.predict(features, ["logits"])["logits"]))
+                task, finetuner.predict(features, hp.eval_batch_size)["logits"]))
                 for stem, features, guids in sets.predicts])
-        if hp.save_finetuned_model:
-            save_finetuned_model(trainer.encoder, trainer.head, task,
+        if hp.save_finetuned_model and writes:
+            save_finetuned_model(finetuner.encoder, finetuner.head, task,
                                  os.path.join(model_dir, "finetuned", task + trial.suffix))
-    write_trials_summaries(model_dir, hp, trial_metrics)
-    choose_test_predictions(task, hp, trial_metrics, trial_test_preds, submission)
+    if writes:
+        write_trials_summaries(model_dir, hp, trial_metrics, log=log)
+        if submission is not None:
+            choose_test_predictions(task, hp, trial_metrics, trial_test_preds, submission,
+                                    log=log)
     return trial_metrics
 
 
@@ -240,6 +282,19 @@ def write_glue_submission(submission, model_dir, data_dir):
     status = leaderboard.make_submission(out_dir, data_dir, allow_partial=True)
     say(describe_submission(status, "no --data_dir" if data_dir is None else None))
     return status.zip_path
+
+
+def gather_glue_submission(directory, data_dir, allow_partial=False, wnli_majority=False):
+    """run_finetuning.py --glue_submission: one zip of every task's latest leaderboard file in
+    `directory`, checked against the test sets under `data_dir` (with `wnli_majority` WNLI.tsv
+    written first, the train set's majority class: BERT's WNLI submission); what it holds."""
+    from finetune.glue import leaderboard
+    if wnli_majority:
+        leaderboard.write_submission_file(
+            fileio.join(directory, "WNLI.tsv"), "wnli",
+            *leaderboard.majority_class_predictions(data_dir, "wnli"))
+    return describe_submission(leaderboard.make_submission(directory, data_dir,
+                                                           allow_partial=allow_partial))
 
 
 def describe_submission(status, unchecked_because=None):

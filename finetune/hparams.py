@@ -256,3 +256,19 @@ def parse_task_names(text):
     if not names:
         raise UsageError("--task_names is empty")
     return names
+
+
+def train_settings(hp, num_layers, total_steps=1, **overrides):
+    """The training cores' settings (training/settings.py) of a fine-tuning run: the one place
+    fine-tuning hyper-parameters become core settings, for both backends' finetuners and
+    DynaBERT (elastic/train.py). ELECTRA's AdamW (weight decay, clipping), warm-up over
+    `warmup_proportion` of `total_steps` then linear decay, layer-wise LR decay over `num_layers`
+    encoder layers; `overrides`: other TrainSettings fields (jit_compile, save_every)."""
+    from training.settings import TrainSettings
+    return TrainSettings(
+        total_steps=total_steps, batch_size=hp.train_batch_size, learning_rate=hp.learning_rate,
+        warmup_proportion=hp.warmup_proportion, weight_decay_rate=hp.weight_decay_rate,
+        clip_norm=hp.clip_norm, layerwise_lr_decay=hp.layerwise_lr_decay,
+        num_layers=num_layers, precision=hp.precision,
+        log_every=max(1, int(hp.log_every_steps)),
+        steps_per_loop=max(1, int(hp.steps_per_loop)), **overrides)

@@ -1,14 +1,15 @@
 """GLUE and SQuAD fine-tuning on Keras-on-JAX, without TensorFlow: the GPU box's and a JAX TPU
-VM's path. SQuAD: `JaxQAFinetuner` (the TensorFlow run's ElectraQAHead and qa_loss, the same
-core) and `run_squad_task` (windows from feature files -> finetune/squad_task.py's results).
+VM's path. The finetuners of finetune/finetuner.py's contract: `JaxFinetuner` (a GLUE head) and
+`JaxQAFinetuner` (the TensorFlow run's ElectraQAHead and qa_loss, the same core); the trial
+loops that drive them are the TensorFlow run's (finetune/glue_task.py `run_glue_task`,
+finetune/squad_task.py `run_squad_task`).
 
     finetuner = JaxFinetuner(encoder_config, "mrpc", hp)         # builds, compiles once
     finetuner.start(encoder_weights, seed=1)                     # a trial: weights, fresh head
-    finetuner.train(train_features, seed=1)                      # hp's epochs / steps
-    logits = finetuner.predict(dev_features)
-    run_glue_task(...)    # a task's trials from features -> the TensorFlow run's results files
+    finetuner.train(train_features, hp, seed=1)                  # hp's epochs / steps
+    logits = finetuner.predict(dev_features)["logits"]
 
-The task is the TensorFlow path's: finetune/trainer.py `FinetuneTask` with finetune/glue_task.py
+The task is the TensorFlow path's: finetune/finetuner.py `FinetuneTask` with finetune/glue_task.py
 `glue_model_fns` (ELECTRA's classification / regression head and loss), and so is the
 optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear decay to 0
 (training/settings.py `build_optimizer`), trained by the JAX training core
@@ -33,10 +34,9 @@ optimisation: `AdamWeightDecay` with layer-wise LR decay, 10% warm-up and linear
   `start_processes`): each reads every feature and feeds its rows of each train and predict batch,
   gets every prediction back (`predict_step`'s replicated outputs), and process 0 alone writes.
 
-TensorBoard: each trial's scalars go to `<model_dir>/tensorboard/<task>[_trial<k>]/` as on
-TensorFlow (train/loss, train/learning_rate, train/grad_norm, train/sequences_per_second every
-log window; each dev set's metrics under dev_<key>/ at the trial's last step), written by
-training/summaries.py without TensorFlow.
+TensorBoard: the train/ scalars (loss, learning_rate, grad_norm, sequences_per_second every log
+window) go to the writer the trial loop gives `train` (training/summaries.py, without
+TensorFlow), as on TensorFlow.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ import time
 
 import numpy as np
 
-from finetune.trainer import (assign_encoder_weights, num_train_steps, reinitialize_head,
-                              trials)
+from finetune.finetuner import (MODEL_INPUTS, assign_encoder_weights, num_train_steps,
+                                pad_rows, reinitialize_head)
 
 
 def random_encoder_weights(config, seed):
@@ -70,27 +70,25 @@ class JaxFinetuner:
     TRAIN_KEYS = ("input_ids", "input_mask", "segment_ids", "label_ids")
 
     def __init__(self, config, task, hp, log=print, head_dropout=0.1):
-        from finetune.classification_head import ClassificationHead
         from finetune.glue.tasks import get_task
-        from finetune.glue_task import glue_model_fns
+        from finetune.glue_task import glue_model_fns, make_glue_head
         self.spec = get_task(task)
         _prepare(hp)   # before the head: its layers take the precision policy when made
-        head = ClassificationHead(self.spec.num_labels, self.spec.is_regression,
-                                  dropout_rate=head_dropout,
-                                  initializer_range=config.initializer_range,
-                                  name=f"{self.spec.name}_head")
+        head = make_glue_head(self.spec.name, config, dropout_rate=head_dropout, build=False)
         forward, loss = glue_model_fns(self.spec.name)
         self._build(config, hp, self.spec.name, head, forward, loss,
-                    lambda outputs: outputs["logits"].astype("float32"), log)
+                    lambda outputs: {"logits": outputs["logits"].astype("float32")}, log)
+        self.label = f"{self.spec.name}{'' if self.spec.is_regression else ' (classification)'}"
 
     def _build(self, config, hp, name, head, forward, loss, predict_outputs, log):
-        """The task (encoder + built `head`, `forward`, `loss`), its compiled train step and the
-        predict step returning `predict_outputs(forward(..., training=False))`."""
-        from finetune.trainer import FinetuneTask
+        """The task (encoder + built `head`, `forward`, `loss`), its compiled train program and
+        the predict program returning `predict_outputs(forward(..., training=False))`."""
+        from finetune.finetuner import FinetuneTask, named_variables
+        from finetune.hparams import train_settings
         from model import ConvBertModel
-        from training.jax_core import JaxTrainingCore, set_precision
+        from training.jax_core import JaxTrainingCore
+        from training.settings import set_precision
         from training.jax_distribution import process_local_variables
-        from training.settings import TrainSettings
         self.hp, self.log = hp, log
         set_precision(hp.precision)   # (again: a caller may have changed it since)
         # Several processes: built process-local, made global by the core (`train_state`).
@@ -101,40 +99,44 @@ class JaxFinetuner:
             self.head = head
             if not head.built:
                 head.build((None, None, config.hidden_size))
-        named = dict(self.encoder.weight_map())
-        named.update({f"task_specific/{name}/{k}": v for k, v in head.weight_map().items()})
         # The TensorFlow Trainer's task, on the JAX core.
-        self.task = FinetuneTask(self.encoder, head, forward, loss, named, name)
-        self.settings = TrainSettings(
-            total_steps=1, batch_size=hp.train_batch_size, learning_rate=hp.learning_rate,
-            warmup_proportion=hp.warmup_proportion, weight_decay_rate=hp.weight_decay_rate,
-            clip_norm=hp.clip_norm, layerwise_lr_decay=hp.layerwise_lr_decay,
-            num_layers=config.num_hidden_layers, precision=hp.precision,
-            log_every=max(1, int(hp.log_every_steps)),
-            steps_per_loop=max(1, int(hp.steps_per_loop)))
+        self.task = FinetuneTask(self.encoder, head, forward, loss,
+                                 named_variables(self.encoder, head, name), name)
+        self.settings = train_settings(hp, config.num_hidden_layers)
         # The schedule is an argument of the program: one compiled program, any length.
         self.core = JaxTrainingCore(self.settings, log=log).build(self.task)
         self.optimizer = self.core.optimizer
-        self.train_step = self.core.task_step()
+        self.train_program = self.core.train_program()
         encoder = self.encoder
-        self._predict_step = self.core.predict_step(
+        self.predict_program = self.core.predict_program(
             lambda batch: predict_outputs(forward(encoder, head, batch, False)))
 
-    def precompile_jobs(self, train_features, batch_size, eval_batch_size):
-        """[(name, step, example args)] of the train and predict steps for
-        training/jax_programs.precompile, from a task's features at these batch sizes."""
+    @property
+    def writes(self):
+        """Whether this process writes results (several processes: process 0 alone)."""
+        from training.jax_distribution import is_writer
+        return is_writer()
+
+    def example_train_args(self, train_features, batch_size):
+        """The train program's arguments on the first batch of `train_features` (arrays) at
+        `batch_size`: what compiling and timing it take."""
         from data.pretraining_arrays import array_batches
+        batch = next(array_batches(self._train_inputs(train_features), batch_size))
+        return self.core.example_args(batch)
+
+    def precompile_jobs(self, train_features, batch_size, eval_batch_size):
+        """[(name, program, example args)] of the train and predict programs for
+        training/jax_programs.precompile, from a task's features at these batch sizes."""
         from training.device_input import batch_sharding, to_device
-        inputs = self._train_inputs(train_features)
-        batch = next(array_batches(inputs, batch_size))
         trainable, state, _ = self.core.task_state()
-        predict_batch = to_device({k: np.zeros((self.predict_batch_size(eval_batch_size),
-                                                v.shape[1]), np.int32)
-                                   for k, v in inputs.items() if k != "label_ids"},
+        rows = self.predict_batch_size(eval_batch_size)
+        length = np.asarray(train_features["input_ids"]).shape[1]
+        predict_batch = to_device({k: np.zeros((rows, length), np.int32) for k in MODEL_INPUTS},
                                   batch_sharding())
-        name = f"{self.spec.name}{'' if self.spec.is_regression else ' (classification)'}"
-        return [(f"finetune {name}", self.train_step, self.core.example_args(batch)),
-                (f"predict {name}", self._predict_step, (trainable, state, predict_batch))]
+        return [(f"finetune {self.label}", self.train_program,
+                 self.example_train_args(train_features, batch_size)),
+                (f"predict {self.label}", self.predict_program,
+                 (trainable, state, predict_batch))]
 
     @classmethod
     def _train_inputs(cls, features):
@@ -189,7 +191,7 @@ class JaxFinetuner:
                  f"{hp.learning_rate:g}, warm-up {settings.warmup(steps)} steps, layer-wise "
                  f"decay {hp.layerwise_lr_decay}; JAX)")
         started = time.time()
-        summary = self.core.fit_task(train_step=self.train_step, writer=writer)
+        summary = self.core.fit_task(program=self.train_program, writer=writer)
         final = summary["final"] or {}
         return {"steps": steps, "final_loss": final.get("loss", float("nan")),
                 "seconds": time.time() - started, "history": summary["history"]}
@@ -202,34 +204,28 @@ class JaxFinetuner:
         return -(-int(batch_size) // replicas) * replicas
 
     def predict(self, features, batch_size=None):
-        """Head outputs (float32 NumPy, one row per example) in inference mode. Batches of
-        `batch_size` (default hp.eval_batch_size) rounded up to a multiple of the devices, each
-        split over them; the last one padded to that size so the step compiles once. With several
-        processes each feeds its rows of every batch and gets every row back (`predict_step`)."""
+        """Head outputs in inference mode: {key: NumPy array, one row per example} (floats as
+        float32). Batches of `batch_size` (default hp.eval_batch_size) rounded up to a multiple
+        of the devices, each split over them; the last one padded to that size
+        (finetuner.pad_rows) so the program compiles once. With several processes each feeds its
+        rows of every batch and gets every row back (the core's `predict_program`)."""
         from training.device_input import batch_sharding, to_device
         from training.jax_distribution import process_rows
         batch_size = self.predict_batch_size(batch_size or self.hp.eval_batch_size)
         sharding = batch_sharding()
-        inputs = {k: np.asarray(features[k], np.int32)
-                  for k in ("input_ids", "input_mask", "segment_ids")}
-        n = len(inputs["input_ids"])
-        pad = (-n) % batch_size
-        if pad:
-            inputs = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
-                      for k, v in inputs.items()}
+        inputs, n = pad_rows({k: np.asarray(features[k], np.int32) for k in MODEL_INPUTS},
+                             batch_size)
         trainable, state, _ = self.core.task_state()
-        out = [self._predict_step(trainable, state, to_device(
+        out = [self.predict_program(trainable, state, to_device(
                    process_rows({k: v[i:i + batch_size] for k, v in inputs.items()}), sharding))
                for i in range(0, len(inputs["input_ids"]), batch_size)]
-        if out and isinstance(out[0], dict):   # several outputs (the QA head's beam)
-            return {k: np.concatenate([np.asarray(o[k]) for o in out])[:n] for k in out[0]}
-        return np.concatenate([np.asarray(o) for o in out])[:n]
+        return {k: np.concatenate([np.asarray(o[k]) for o in out])[:n] for k in out[0]}
 
 
 def _prepare(hp):
     """JAX only; hp's precision policy set (before any layer is made)."""
     import keras
-    from training.jax_core import set_precision
+    from training.settings import set_precision
     if keras.backend.backend() != "jax":
         from training.loop import TrainingError
         raise TrainingError("JaxFinetuner needs KERAS_BACKEND=jax")
@@ -263,7 +259,7 @@ class JaxQAFinetuner(JaxFinetuner):
                     else out[k] for k in keys}
 
         self._build(config, hp, task, head, forward, loss, outputs, log)
-        self.task_name = task
+        self.label = f"{task} (SQuAD {version})"
 
     # What shapes the head and its loss, besides the compiled hparams.
     HEAD_HPARAMS = ("beam_size", "qa_hidden_size", "joint_prediction", "answerable_classifier",
@@ -276,9 +272,6 @@ class JaxQAFinetuner(JaxFinetuner):
                 and self.encoder.config.to_dict() == config.to_dict()
                 and all(getattr(hp, k) == getattr(self.hp, k)
                         for k in self.COMPILED_HPARAMS + self.HEAD_HPARAMS))
-
-    def precompile_jobs(self, train_features, batch_size, eval_batch_size):
-        raise NotImplementedError("precompiling is for the GLUE heads")
 
 
 class Finetuners:
@@ -299,94 +292,3 @@ class Finetuners:
         finetuner = (JaxQAFinetuner if qa else JaxFinetuner)(config, task, hp, log=self.log)
         self._built.append(finetuner)
         return finetuner
-
-
-def run_glue_task(task, hp, config, encoder_weights, train, evals, model_dir, finetuners=None,
-                  log=print, predicts=(), submission=None):
-    """`hp.num_trials` trials of `task` from features: train on `train` (arrays; None: no
-    training), write each dev set's predictions and metrics (and the trials summary) under
-    `<model_dir>/results/` exactly as the TensorFlow run names them (the writers of
-    finetune/glue_task.py), and each trial's TensorBoard scalars (train/, dev_<key>/) to its
-    `trial.log_dir`; returns {eval key: [metrics per trial]}.
-
-    `evals`: [(result key, arrays, guids)]; `encoder_weights`: {official name: array}.
-    `predicts`: [(submission stem, arrays, guids)] of test sets: the predictions of the trial
-    with the best dev score go into `submission` ({stem: (ids, predictions)}), as on TensorFlow.
-    With hp.save_finetuned_model each trial's encoder + head goes to
-    `<model_dir>/finetuned/<task>[_trial<k>]`."""
-    import os
-    from finetune.glue_task import (choose_test_predictions, save_finetuned_model,
-                                    to_predictions, write_dev_results, write_trials_summaries)
-    from training.jax_distribution import is_writer
-    from training.summaries import ScalarWriter
-    finetuners = finetuners or Finetuners(log)
-    finetuner = finetuners.get(config, task, hp)
-    results = {key: [] for key, _, _ in evals}
-    test_predictions = []
-    # Several processes: all train and predict (one SPMD program); process 0 alone writes.
-    writes = is_writer()
-    for trial in trials(hp, task, model_dir):
-        writer = ScalarWriter(trial.log_dir if writes else None)
-        try:
-            finetuner.start(encoder_weights, trial.seed)
-            steps = 0
-            if train is not None:
-                steps = finetuner.train(train, hp, seed=trial.seed, label=trial.label,
-                                        writer=writer)["steps"]
-            for key, arrays, guids in evals:
-                logits = finetuner.predict(arrays, hp.eval_batch_size)
-                if writes:
-                    metrics = write_dev_results(task, key, guids, logits, arrays["label_ids"],
-                                                model_dir, hp, trial, log=log)
-                    results[key].append(metrics)
-                    writer.write(metrics, steps, prefix=f"dev_{key}/")
-        finally:
-            writer.close()
-        if predicts:   # the eval batch size: the compiled predict step serves both
-            test_predictions.append([
-                (stem, guids, to_predictions(task, finetuner.predict(arrays, hp.eval_batch_size)))
-                for stem, arrays, guids in predicts])
-        if hp.save_finetuned_model and writes:
-            save_finetuned_model(finetuner.encoder, finetuner.head, task,
-                                 os.path.join(model_dir, "finetuned", task + trial.suffix))
-    if writes:
-        write_trials_summaries(model_dir, hp, results, log=log)
-        if submission is not None:
-            choose_test_predictions(task, hp, results, test_predictions, submission, log=log)
-    return results
-
-
-def run_squad_task(task, hp, config, encoder_weights, sets, model_dir, finetuners=None,
-                   log=print):
-    """`hp.num_trials` trials of a SQuAD task (squad_task.SquadSets, from feature files) on JAX:
-    train on `sets.train`, predict the dev windows, post-process and score them, writing the
-    TensorFlow run's files (finetune/squad_task.py `write_trial_results`, `write_summary`) and
-    each trial's TensorBoard scalars (train/, dev_<task>/); returns the metrics per trial."""
-    from finetune import squad_task
-    from training.jax_distribution import is_writer
-    from training.summaries import ScalarWriter
-    finetuners = finetuners or Finetuners(log)
-    finetuner = finetuners.get(config, task, hp)
-    all_metrics = []
-    writes = is_writer()   # several processes: all train and predict, process 0 writes
-    for trial in trials(hp, task, model_dir):
-        writer = ScalarWriter(trial.log_dir if writes else None)
-        try:
-            finetuner.start(encoder_weights, trial.seed)
-            steps = 0
-            if sets.train is not None:
-                steps = finetuner.train(sets.train, hp, seed=trial.seed, label=trial.label,
-                                        writer=writer)["steps"]
-            if sets.evals is not None:
-                windows = sets.evals[1].model_inputs(with_labels=False)
-                results = finetuner.predict(windows, hp.predict_batch_size)
-                if writes:   # post-processing and scoring: the writer's alone
-                    metrics = squad_task.write_trial_results(task, hp, sets, results,
-                                                             model_dir, trial, steps, log)
-                    all_metrics.append(metrics)
-                    writer.write(metrics, steps, prefix=f"dev_{task}/")
-        finally:
-            writer.close()
-    if writes:
-        squad_task.write_summary(task, hp, all_metrics, model_dir, log)
-    return all_metrics

@@ -5,13 +5,14 @@
 
 Every input file of every task is read and checked before any model is built (a bad row stops
 the run with the file and line before minutes of training); then each task trains its trials
-(finetune/glue_task.py, finetune/squad_task.py) from the same encoder source.
+(finetune/glue_task.py `run_glue_task`, finetune/squad_task.py `run_squad_task`: the trial loops
+of both backends) from the same encoder source.
 
 With `features_dir` (`python -m finetune.features` output, finetune/feature_files.py) the GLUE
 tasks read their train / dev / test arrays from there, SQuAD its windows and dev JSON, checked
 against the run (vocabulary sha256, max_seq_length, casing, for training double_unordered and
 max_train_examples, for SQuAD doc_stride and max_query_length), and nothing is tokenized. That is the only input of the Keras-on-JAX backend (`KERAS_BACKEND=jax`), which
-trains with finetune/jax_trainer.py and never imports TensorFlow, on every local device
+trains with finetune/jax_trainer.py's finetuners and never imports TensorFlow, on every local device
 (`keras.distribution.DataParallel`; `num_devices`: training/jax_distribution.py `jax_num_devices`
 of the driver's --distribution flags), or of several processes (`join_processes`; process 0 writes);
 the TensorFlow backend takes it too. Both write the same results files.
@@ -23,6 +24,69 @@ import json
 from base import fileio
 from finetune.console import UsageError, say, warn
 from finetune.hparams import QA_TASKS
+
+
+def check_flags(FLAGS):
+    """run_finetuning.py's flags (`FLAGS`) that cannot work, each refused in one line naming it
+    before any input is read: nothing to do, --vocab_file with --sp_model, a --data_dir,
+    --features_dir or --init_checkpoint that is not there, --train_file / --predict_file beside
+    --features_dir (the features hold SQuAD's windows and dev JSON), a --model_size fine-tuning does not know (pre-training's `tiny` among them), and
+    on JAX the several-process flags (training/jax_distribution.py `check_process_flags`, as
+    run_pretraining.py); on TensorFlow those are refused whole (training/flags.py)."""
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise UsageError("nothing to do: set --do_train, --do_eval or --do_predict")
+    if FLAGS.vocab_file and FLAGS.sp_model:
+        raise UsageError("give --vocab_file or --sp_model, not both")
+    for name in ("data_dir", "features_dir"):
+        if getattr(FLAGS, name) and not fileio.isdir(getattr(FLAGS, name)):
+            raise UsageError(f"{getattr(FLAGS, name)}: --{name} not found")
+    init = FLAGS.init_checkpoint
+    if init and not (fileio.exists(init) or fileio.exists(init + ".index")):
+        raise UsageError(f"{init}: --init_checkpoint not found")
+    if FLAGS.features_dir:
+        for name in ("train_file", "predict_file"):
+            if getattr(FLAGS, name):
+                raise UsageError(f"--{name} is not read with --features_dir (the features hold "
+                                 "SQuAD's windows and dev JSON): make features from it "
+                                 f"(python -m finetune.features --{name}=...) or leave out "
+                                 "--features_dir")
+    if FLAGS.model_size is not None:
+        from finetune.hparams import MODEL_SIZES, resolve_model_size
+        if str(FLAGS.model_size).strip().lower() == "tiny":
+            raise UsageError(
+                "--model_size 'tiny' is run_pretraining.py's demo model, not a fine-tuning size "
+                f"({', '.join(MODEL_SIZES)}, a configs/ name or a ConvBertConfig .json file): "
+                "fine-tune a tiny pre-training with --init_checkpoint=<its model_dir> (the "
+                "checkpoint gives the architecture) and no --model_size")
+        resolve_model_size(FLAGS.model_size, "--model_size")   # HParamsError naming the flag
+    from training.flags import JAX_ONLY_FLAGS, jax_only_flags_error
+    if any(getattr(FLAGS, name) is not None for name in JAX_ONLY_FLAGS):
+        import keras
+        if keras.backend.backend() == "jax":
+            from training.jax_distribution import check_process_flags
+            check_process_flags(FLAGS.distribution, FLAGS.coordinator_address,
+                                FLAGS.num_processes, FLAGS.process_id,
+                                FLAGS.distributed_timeout)
+        elif jax_only_flags_error(FLAGS):
+            raise UsageError(jax_only_flags_error(FLAGS))
+
+
+def jax_run_options(FLAGS):
+    """run_tasks' JAX options from run_finetuning.py's flags: how many local devices
+    (training/jax_distribution.py `jax_num_devices`: every one by default) and how to join
+    several processes (--distribution=multi_worker / --coordinator_address ...; joined by
+    run_tasks once the features are read: each reads them all and feeds its rows). Turns on the
+    JAX compile cache (before the first compile)."""
+    import functools
+    from training.compile_cache import enable_compile_cache
+    from training.jax_distribution import jax_num_devices, start_processes
+    num_devices = jax_num_devices(FLAGS.distribution, FLAGS.tpu, FLAGS.tpu_zone,
+                                  FLAGS.gcp_project, FLAGS.num_cpu_devices)
+    join = functools.partial(start_processes, FLAGS.distribution, FLAGS.coordinator_address,
+                             FLAGS.num_processes, FLAGS.process_id, FLAGS.distributed_timeout,
+                             log=say)
+    enable_compile_cache(FLAGS.jax_cache_dir, log=say)
+    return {"num_devices": num_devices, "join_processes": join}
 
 
 def keras_backend(features_dir=None):
@@ -133,7 +197,7 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
     input is read and checked, before any JAX computation; on TensorFlow the caller's strategy scope
     decides."""
     from finetune import glue_task, squad_task
-    from finetune.encoder_source import EncoderSource, find_vocab_file
+    from finetune.encoder_source import EncoderSource, check_sequence_length, find_vocab_file
     backend = keras_backend(features_dir)
     tokenizer = task_data = task_sets = None
     if features_dir:
@@ -154,7 +218,7 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
 
     writes = True
     if backend == "jax":
-        from training.jax_core import set_precision
+        from training.settings import set_precision
         from training.jax_distribution import check_batch_size, is_writer, use_devices
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
         if join_processes is not None:     # a bad input file: said before waiting for peers
@@ -174,7 +238,6 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         raise UsageError(f"{vocab_name}: {vocab_size} tokens but the model "
                          f"has only {source.config.vocab_size} word embeddings")
 
-    from finetune.encoder_source import check_sequence_length
     for task in tasks:   # every task's length against the position table, before any output
         hp = base_hp.for_task(task)
         if hp.max_seq_length > source.config.max_position_embeddings:
@@ -191,46 +254,37 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
                             json.dumps(record, indent=2, sort_keys=True))
 
     submission = {}
+    finetuners = start_weights = None
     if backend == "jax":
-        run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission)
-    else:
-        for task in tasks:
-            hp = base_hp.for_task(task)
-            if task in QA_TASKS:
-                squad_task.run_squad_task(task, hp, task_data and task_data[task], source,
-                                          tokenizer, model_dir, printer=say,
-                                          sets=task_sets and task_sets[task])
-                continue
+        from finetune.jax_trainer import Finetuners, random_encoder_weights
+        finetuners = Finetuners(log=say)   # compiled steps shared by tasks of one head shape
+        # every trial starts from the checkpoint's weights (or one random initialisation, drawn
+        # from hp.seed as the TensorFlow run's first trial draws it)
+        start_weights = source.tensors
+        if start_weights is None:
+            start_weights = random_encoder_weights(source.config, base_hp.seed)
+    for task in tasks:
+        hp = base_hp.for_task(task)
+        check_sequence_length(source, hp.max_seq_length, task)
+        if task in QA_TASKS:
+            sets = task_sets[task] if task_sets else squad_task.tokenize_squad_data(
+                task, hp, task_data[task], tokenizer, say)
+        else:
             sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
                 task_data[task], tokenizer, hp)
-            glue_task.run_glue_task(task, hp, sets, source, model_dir, submission)
+            if sets.train is not None:
+                say(glue_task.describe_training_set(task, hp, sets.train))
+        if finetuners is not None:
+            finetuner, weights = finetuners.get(source.config, task, hp), start_weights
+        elif task in QA_TASKS:
+            finetuner, weights = squad_task.tensorflow_squad_finetuner(task, hp, source, log=say)
+        else:
+            finetuner, weights = glue_task.tensorflow_glue_finetuner(task, hp, source, log=say)
+        if task in QA_TASKS:
+            squad_task.run_squad_task(task, hp, sets, finetuner, weights, model_dir, log=say)
+        else:
+            glue_task.run_glue_task(task, hp, sets, finetuner, weights, model_dir, submission)
     if submission and writes:   # without --data_dir (features only) the files are not checked
         glue_task.write_glue_submission(submission, model_dir, data_dir)
     if len([t for t in tasks if t not in QA_TASKS]) > 1 and do_eval and writes:
         say(glue_task.glue_table(model_dir))
-
-
-def run_jax_tasks(tasks, base_hp, task_sets, source, model_dir, submission):
-    """The GLUE and SQuAD tasks on Keras-on-JAX (finetune/jax_trainer.py): compiled steps shared between
-    tasks of the same head shape, every trial starting from the checkpoint's weights (or one
-    random initialisation, drawn from hp.seed as the TensorFlow run's first trial draws it)."""
-    from finetune.encoder_source import check_sequence_length
-    from finetune.glue_task import describe_training_set
-    from finetune.jax_trainer import (Finetuners, random_encoder_weights, run_glue_task,
-                                      run_squad_task)
-    weights = source.tensors
-    if weights is None:
-        weights = random_encoder_weights(source.config, base_hp.seed)
-    finetuners = Finetuners(log=say)
-    for task in tasks:
-        hp = base_hp.for_task(task)
-        check_sequence_length(source, hp.max_seq_length, task)
-        sets = task_sets[task]
-        if task in QA_TASKS:
-            run_squad_task(task, hp, source.config, weights, sets, model_dir, finetuners,
-                           log=say)
-            continue
-        if sets.train is not None:
-            say(describe_training_set(task, hp, sets.train))
-        run_glue_task(task, hp, source.config, weights, sets.train, sets.evals, model_dir,
-                      finetuners, log=say, predicts=sets.predicts, submission=submission)

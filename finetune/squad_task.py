@@ -11,9 +11,10 @@
   after the task name and `<task>_summary.json` has median and mean ± std per metric.
 
 The windows come from tokenizing the JSON here (`tokenize_squad_data`) or from feature files
-(`read_squad_features`, `python -m finetune.features`); TensorFlow trains them in
-`run_squad_task`, JAX in finetune/jax_trainer.py `run_squad_task`, and both write their results
-through `write_trial_results` / `write_summary`.
+(`read_squad_features`, `python -m finetune.features`); `run_squad_task`, the one SQuAD trial
+loop, trains them on either backend's finetuner (TensorFlow's from `tensorflow_squad_finetuner`
+here, finetune/jax_trainer.py's `JaxQAFinetuner`; their contract: finetune/finetuner.py) and
+writes the results through `write_trial_results` / `write_summary`.
 
 Task names: "squad" = SQuAD 2.0 (ELECTRA's name), "squadv1" = SQuAD 1.1.
 """
@@ -285,32 +286,40 @@ def write_summary(task, hp, all_metrics, model_dir, printer=print):
         if k in summary))
 
 
-def run_squad_task(task, hp, data, source, tokenizer, model_dir, printer=print, sets=None):
-    """Fine-tune (when there are training examples) and evaluate one SQuAD version on
-    TensorFlow; returns the per-trial metrics. `sets` (SquadSets, from feature files) replaces
-    tokenizing `data`."""
-    from finetune.hparams import QA_TASKS
-    from finetune.encoder_source import check_sequence_length
-    from finetune.trainer import train_trials
-
-    assert task in QA_TASKS
+def tensorflow_squad_finetuner(task, hp, source, log=print):
+    """(TensorFlow finetuner, its start weights) of a SQuAD task from an encoder source."""
+    from finetune.trainer import tensorflow_finetuner
     version = VERSIONS[task]
-    check_sequence_length(source, hp.max_seq_length, task)
-    if sets is None:
-        sets = tokenize_squad_data(task, hp, data, tokenizer, printer)
-
     forward, loss, output_keys = model_fns(hp, version)
+    return tensorflow_finetuner(source, hp, task, lambda config: make_head(hp, config, version),
+                                forward, loss, output_keys, log=log)
+
+
+def run_squad_task(task, hp, sets, finetuner, encoder_weights, model_dir, log=print):
+    """`hp.num_trials` trials of a SQuAD task from its SquadSets: the one SQuAD trial loop, on
+    either backend's finetuner (finetune/finetuner.py; every trial starts from
+    `encoder_weights`). Each trial trains on `sets.train` (None: not trained), predicts the dev
+    windows, and the writer post-processes and scores them (`write_trial_results`, then
+    `write_summary`) and writes the trial's TensorBoard scalars (train/, dev_<task>/); returns
+    the metrics per trial."""
+    from finetune.finetuner import train_trial, trials
+    from training.summaries import ScalarWriter
     all_metrics = []
-    for trial, trainer, steps in train_trials(
-            hp, task, model_dir, source, lambda config: make_head(hp, config, version), forward,
-            loss, sets.train, printer=printer):
-        if sets.evals is None:
-            continue
-        results = trainer.predict(sets.evals[1].model_inputs(with_labels=False), output_keys,
-                                  batch_size=hp.predict_batch_size)
-        metrics = write_trial_results(task, hp, sets, results, model_dir, trial, steps,
-                                      printer)
-        all_metrics.append(metrics)
-        trainer.write_scalars(f"dev_{task}", metrics, steps)
-    write_summary(task, hp, all_metrics, model_dir, printer)
+    writes = finetuner.writes   # several processes: all train and predict, the writer writes
+    for trial in trials(hp, task, model_dir):
+        writer = ScalarWriter(trial.log_dir if writes else None)
+        try:
+            steps = train_trial(finetuner, trial, encoder_weights, sets.train, hp, writer)
+            if sets.evals is not None:
+                windows = sets.evals[1].model_inputs(with_labels=False)
+                results = finetuner.predict(windows, hp.predict_batch_size)
+                if writes:
+                    metrics = write_trial_results(task, hp, sets, results, model_dir, trial,
+                                                  steps, log)
+                    all_metrics.append(metrics)
+                    writer.write(metrics, steps, prefix=f"dev_{task}/")
+        finally:
+            writer.close()
+    if writes:
+        write_summary(task, hp, all_metrics, model_dir, log)
     return all_metrics

@@ -15,7 +15,7 @@ compared through them. This module fixes everything but the models:
   An example without any candidate gets weight 0 in every slot (ELECTRA samples from an all -inf
   distribution there).
 * `evaluate` takes plain functions (NumPy in, float32 NumPy out), so the same code scores a Keras
-  run (`keras_fns`, `evaluate_checkpoints`) and a PyTorch one (benchmarks/rtd_reference.py):
+  run (`keras_fns`, `evaluate_checkpoints`) and a PyTorch one (reproduce/rtd_reference.py):
   generator accuracy / loss at the masked slots; a Gumbel-max sample (noise from
   `np.random.default_rng([seed, chunk_index])`) written at every weighted position; labels =
   sampled != original there; discriminator ROC AUC and accuracy over all input_mask tokens

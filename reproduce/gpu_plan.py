@@ -84,7 +84,7 @@ def finetune_trial_seconds(task_sizes, step_seconds, recipe, models):
     examples, dev examples)} (MRPC and STS-B training examples in both sentence orders, as the
     features hold them), `step_seconds` {model: seconds per fine-tuning step}: training steps
     and predict steps (PREDICT_OVER_TRAIN_STEP) at that rate, times LOOP_OVERHEAD."""
-    from finetune.trainer import num_train_steps
+    from finetune.finetuner import num_train_steps
     from reproduce.gpu_recipe import finetune_hparams
     out = {}
     for task, (num_train, num_dev) in task_sizes.items():

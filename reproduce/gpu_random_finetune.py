@@ -42,11 +42,11 @@ def main(argv=None):
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    import keras
+    from training.settings import set_precision
     import numpy as np
     from base import fileio
-    from finetune.glue import metrics as glue_metrics
-    from finetune.glue_task import to_predictions
+    from finetune.finetuner import Trial
+    from finetune.glue_task import GlueSets, glue_trial, to_predictions
     from finetune.jax_trainer import Finetuners, random_encoder_weights
     from model import ConvBertConfig
     from reproduce.gpu_budget import Log
@@ -62,8 +62,7 @@ def main(argv=None):
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     bundle = read_bundle(args.bundle_dir)
     features = load_features(args.bundle_dir, bundle, recipe, tasks)
-    keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if args.precision == "bf16" else "float32")
+    set_precision(args.precision)
     config = ConvBertConfig.from_size("small", vocab_size=bundle["vocab_size"],
                                       **finetune.get("model_hparam_overrides", {}))
     weights = random_encoder_weights(config, args.seed)
@@ -74,12 +73,13 @@ def main(argv=None):
         train, dev, _ = features[task]       # dev cut to the recipe's max_eval_examples
         hp = finetune_hparams(recipe, task, fraction=args.fraction,
                               num_train_examples=len(train["input_ids"]))
-        finetuner = finetuners.get(config, task, hp)
-        finetuner.start(weights, args.seed)
+        trial = Trial(1, args.seed, f"random {task}", "", "")
         start = time.time()
-        finetuner.train(train, hp, seed=args.seed, label=f"random {task}")
-        preds = np.asarray(to_predictions(task, finetuner.predict(dev, hp.eval_batch_size)))
-        metrics = glue_metrics.compute_metrics(task, preds, dev["label_ids"])
+        dev_results, _ = glue_trial(task, hp, GlueSets(task, train, [(task, dev, None)], []),
+                                    finetuners.get(config, task, hp), weights, trial,
+                                    model_dir=None, log=log)   # nothing written
+        metrics, logits = dev_results[task]
+        preds = np.asarray(to_predictions(task, logits))
         out["tasks"][task] = {"steps": hp.max_train_steps, "seconds": round(time.time() - start, 1),
                               "dev": {k: round(float(v), 4) for k, v in metrics.items()},
                               "distinct_predictions": int(len(np.unique(preds)))}

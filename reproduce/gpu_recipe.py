@@ -210,7 +210,7 @@ def finetune_hparams(recipe, task, seed=0, fraction=1.0, num_train_examples=None
     with `num_train_examples` and `fraction` < 1, its steps capped at that fraction of the
     official count."""
     from finetune.hparams import FinetuneHParams
-    from finetune.trainer import num_train_steps
+    from finetune.finetuner import num_train_steps
     values = dict(recipe.finetune)
     arch = values.pop("model_hparam_overrides", {})
     hp = FinetuneHParams(**values, model_hparam_overrides=dict(arch),

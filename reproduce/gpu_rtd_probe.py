@@ -163,7 +163,7 @@ def main(argv=None):
     # here, not at import: importing this module (a test does) must not switch the backend of
     # the importing process and of every subprocess it starts
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    import keras
+    from training.settings import set_precision
     import numpy as np
     from base import fileio
     from data.pretraining_arrays import load_arrays
@@ -185,8 +185,7 @@ def main(argv=None):
     recipe = dataclasses.replace(base, pretrain=dict(base.pretrain, precision=args.precision))
     if args.collapse_margin is not None:
         recipe = dataclasses.replace(recipe, collapse_margin=args.collapse_margin)
-    keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if args.precision == "bf16" else "float32")
+    set_precision(args.precision)
     log = Log()
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     b = read_bundle(args.bundle_dir)
@@ -201,7 +200,7 @@ def main(argv=None):
         hp, [], hp.vocab_size, b["special_ids"], log=log,
         task=ArrayPretrainingTask(hp, [], hp.vocab_size, b["special_ids"]))
     task.arrays = train
-    step = core.task_step()
+    step = core.train_program()
     scorer = heldout_eval.device_scorer(task.pretrainer, heldout, hp.temperature)
     initial = [[np.asarray(v.value) for v in group] for group in core.task_variables()]
     out = {"model": args.model, "precision": args.precision, "steps": args.steps,
@@ -245,7 +244,7 @@ def main(argv=None):
         start = time.time()
         collapsed = None
         try:
-            core.fit_task(train_step=step, after_save=score)
+            core.fit_task(program=step, after_save=score)
         except PretrainingCollapsed as e:
             collapsed = str(e)
             log(f"{name}: stopped, {collapsed}")

@@ -133,21 +133,20 @@ class GpuModels:
     head shape; "random" shares ConvBERT's)."""
 
     def __init__(self, recipe, bundle, tasks, seed, log):
-        import keras
+        from training.settings import set_precision
         from finetune.jax_trainer import Finetuners
         from pretrain import heldout_eval
         from pretrain.jax_trainer import pretraining_core
         self.recipe, self.bundle, self.tasks, self.seed, self.log = \
             recipe, bundle, list(tasks), seed, log
-        keras.mixed_precision.set_global_policy(
-            "mixed_bfloat16" if recipe.pretrain["precision"] == "bf16" else "float32")
+        set_precision(recipe.pretrain["precision"])
         self.pretrainers, self._scorer_fns, self._scorers = {}, {}, {}
         for model in PRETRAINED:
             hp = pretrain_hparams(recipe, bundle, model, 1, seed)
             task, core = pretraining_core(
                 hp, [], hp.vocab_size, bundle["special_ids"], log=log,
                 task=ArrayPretrainingTask(hp, [], hp.vocab_size, bundle["special_ids"]))
-            self.pretrainers[model] = (task.pretrainer, core, core.task_step())
+            self.pretrainers[model] = (task.pretrainer, core, core.train_program())
             # makes the model's device scorer of a held-out batch (heldout_scorer)
             self._scorer_fns[model] = functools.partial(heldout_eval.device_scorer,
                                                         task.pretrainer)
@@ -215,7 +214,7 @@ def throughput(models, inputs, compile_seconds, log):
     built = models.pretrainers
     args = {model: core.example_args(inputs.batch) for model, (_, core, _) in built.items()}
     times = {model: [] for model in built}
-    calls = {model: max(1, r.throughput_steps // int(args[model][2])) for model in built}
+    calls = {model: max(1, r.throughput_steps // int(args[model].num_steps)) for model in built}
     for round_index in range(r.throughput_rounds):
         for model, (_, _, step) in built.items():
             figures, args[model] = seconds_per_step(step, args[model], calls[model],
@@ -253,7 +252,6 @@ def finetune_step_seconds(models, inputs, log):
     """{model: seconds per fine-tuning step} of the binary head at the recipe's batch, timed as
     the throughput steps are (the step that fine-tunes, compiled already); "random" is
     ConvBERT's."""
-    from data.pretraining_arrays import array_batches
     from training.jax_programs import seconds_per_step
     r = models.recipe
     task = head_tasks(models.tasks)[0]
@@ -261,11 +259,9 @@ def finetune_step_seconds(models, inputs, log):
     seconds = {}
     for model in PRETRAINED:
         finetuner = models.finetuner(model, task, hp)
-        batch = next(array_batches(finetuner._train_inputs(inputs.features[task][0]),
-                                   hp.train_batch_size))
-        args = finetuner.core.example_args(batch)
-        times, _ = seconds_per_step(finetuner.train_step, args,
-                                    max(1, r.throughput_steps // int(args[2])),
+        args = finetuner.example_train_args(inputs.features[task][0], hp.train_batch_size)
+        times, _ = seconds_per_step(finetuner.train_program, args,
+                                    max(1, r.throughput_steps // int(args.num_steps)),
                                     rounds=r.throughput_rounds)
         seconds[model] = float(np.median(times))
         log(f"{model}: fine-tuning step {1e3 * seconds[model]:.2f} ms (batch "
@@ -338,7 +334,7 @@ class Pretraining:
                 checkpoint_dir=os.path.join(model_dir, "jax_checkpoints"), export_dir=model_dir,
                 summary_path=os.path.join(model_dir, "pretraining_summary.json"),
                 summary_extra={"model_name": model, "model_size": hp.model_size},
-                train_step=step, after_save=score,
+                program=step, after_save=score,
                 # A checkpoint (every variable, ~200 MB at small size) at the middle and the end
                 # only: the held-out points in between need none.
                 checkpoint_every=hp.save_checkpoints_steps * max(1, recipe.evaluations // 2))
@@ -413,21 +409,20 @@ class Finetuning:
         return self._weights[model]
 
     def trial(self, model, task, trial):
-        """One seed of `model` on `task`: trained, dev predictions and metrics written."""
-        from finetune.glue import leaderboard
-        from finetune.glue_task import to_predictions
+        """One seed of `model` on `task` (finetune/glue_task.py `glue_trial`, the trial of every
+        fine-tuning run): trained, dev predictions and metrics written as run_finetuning.py
+        writes them."""
+        from finetune.finetuner import trial as numbered_trial
+        from finetune.glue_task import GlueSets, glue_trial
         train, dev, guids = self.inputs.features[task]
         hp = finetune_hparams(self.models.recipe, task, self.models.seed, self.fraction,
                               len(train["input_ids"]))
-        finetuner = self.models.finetuner(model, task, hp)
-        seed = hp.seed + trial - 1
-        finetuner.start(self.start_weights(model), seed)
-        label = f"{model} {task} seed {seed}"
-        finetuner.train(train, hp, seed=seed, label=label)
-        preds = to_predictions(task, finetuner.predict(dev, hp.eval_batch_size))
-        metrics = leaderboard.write_dev_predictions(self.work.finetune_dir(model), task, guids,
-                                                    preds, dev["label_ids"], trial=trial)
-        self.log(f"{label}: dev " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()))
+        model_dir = self.work.finetune_dir(model)
+        this = numbered_trial(hp, task, model_dir, trial)
+        this = this._replace(label=f"{model} {task} seed {this.seed}")
+        glue_trial(task, hp, GlueSets(task, train, [(task, dev, guids)], []),
+                   self.models.finetuner(model, task, hp), self.start_weights(model), this,
+                   model_dir, log=self.log)
 
     def order(self):
         """[(seed, task, [models])]: the cells in the order they run, the models stopped by the

@@ -139,15 +139,13 @@ class WorkFolder:
         return self.path("finetune", model)
 
     def metrics_file(self, model, task, trial):
-        return os.path.join(self.finetune_dir(model), "results",
-                            f"{task}_dev_metrics_trial{trial}.json")
+        from finetune.glue.leaderboard import dev_metrics_path
+        return dev_metrics_path(self.finetune_dir(model), task, trial)
 
     def pretrained_steps(self, model):
         """The steps `model`'s finished pre-training reached (None before it finished)."""
-        path = os.path.join(self.pretrain_dir(model), "pretraining_summary.json")
-        if not fileio.exists(path):
-            return None
-        return json.loads(fileio.read_text(path))["global_step"]
+        from reproduce.recipes import pretrained_steps
+        return pretrained_steps(self.pretrain_dir(model))
 
     def collapsed_path(self, model):
         return os.path.join(self.pretrain_dir(model), "collapsed.json")

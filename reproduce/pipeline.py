@@ -1,7 +1,7 @@
 """The reproduction's stages: corpus -> vocab -> shards -> pre-train -> held-out curves -> GLUE.
 
 Each stage calls the toolkit's own driver (build_pretraining_dataset.py, run_pretraining.py,
-run_finetuning.py, benchmarks/rtd_reference.py) as a subprocess, so it gets exactly what a user
+run_finetuning.py, reproduce/rtd_reference.py) as a subprocess, so it gets exactly what a user
 of that driver gets (checks, one-line errors, progress with ETA, resume), and streams its output
 with a `[stage]` prefix into the console and `<output_dir>/logs/<stage>.log`. A stage is skipped
 when its result is already there, so rerunning the same command resumes the reproduction:
@@ -31,7 +31,7 @@ import time
 
 import tensorflow as tf
 
-from reproduce.recipes import GLUE_TASKS, MODELS
+from reproduce.recipes import GLUE_TASKS, MODELS, finetuned, pretrained_steps
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DONE_FILE = "stage_done.json"  # written when a stage without its own record ends
@@ -211,7 +211,7 @@ class Reproduction:
         model_dir = self.pretrain_dir(model)
         spec = self.pretrained[model]
         steps = self.recipe.pretrain["num_train_steps"]
-        if self._finished_pretraining(model_dir, steps):
+        if (pretrained_steps(model_dir) or 0) >= steps:
             self.log(f"[pretrain_{model}] finished ({steps} steps), skipped")
             return
         train, _ = self.shard_files()
@@ -222,23 +222,15 @@ class Reproduction:
             f"--seed={self.seed}", f"--hparams={json.dumps(spec.hparams)}",
             *self.pretrain_flags])
 
-    @staticmethod
-    def _finished_pretraining(model_dir, steps):
-        path = os.path.join(model_dir, "pretraining_summary.json")
-        if not tf.io.gfile.exists(path):
-            return False
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f).get("global_step", 0) >= steps
-
     def heldout_curve(self, model):
-        """Our run's checkpoints scored on the fixed held-out batch (benchmarks/rtd_reference.py)."""
+        """Our run's checkpoints scored on the fixed held-out batch (reproduce/rtd_reference.py)."""
         output = os.path.join(self.pretrain_dir(model), "heldout_curve.jsonl")
         if self._last_step(output) == self.recipe.pretrain["num_train_steps"]:
             self.log(f"[heldout_{model}] {output} is complete, skipped")
             return
         _, heldout = self.shard_files()
         self._run(f"heldout_{model}", [
-            "benchmarks/rtd_reference.py", "ours", f"--model_dir={self.pretrain_dir(model)}",
+            "reproduce/rtd_reference.py", "ours", f"--model_dir={self.pretrain_dir(model)}",
             f"--heldout={heldout[0]}", f"--output={output}",
             f"--heldout_examples={self.recipe.heldout_examples}",
             f"--vocab_file={self.vocab_file}"])
@@ -260,7 +252,7 @@ class Reproduction:
         if not self._done(directory):
             tf.io.gfile.makedirs(directory)
             self._run("reference", [
-                "benchmarks/rtd_reference.py", "reference",
+                "reproduce/rtd_reference.py", "reference",
                 f"--model_dir={self.pretrain_dir('electra')}",
                 f"--train_tfrecords={','.join(train)}", f"--heldout={heldout[0]}",
                 f"--output={output}", f"--heldout_examples={self.recipe.heldout_examples}",
@@ -268,7 +260,7 @@ class Reproduction:
                 f"--vocab_file={self.vocab_file}"])
             self._mark_done(directory)
         self._run("reference_compare", [
-            "benchmarks/rtd_reference.py", "compare", f"--reference={output}",
+            "reproduce/rtd_reference.py", "compare", f"--reference={output}",
             f"--ours={os.path.join(self.pretrain_dir('electra'), 'heldout_curve.jsonl')}",
             f"--extra={os.path.join(self.pretrain_dir('convbert'), 'heldout_curve.jsonl')}",
             f"--png={os.path.join(directory, 'reference_vs_ours.png')}",
@@ -288,16 +280,9 @@ class Reproduction:
     def finished_tasks(self, model, step=None):
         """Tasks whose every seed has its dev metrics in finetune_dir(model, step)/results."""
         n = self.recipe.num_trials
-        done = []
-        for task in self.tasks:
-            if n == 1:
-                names = [f"{task}_dev_metrics.json"]
-            else:
-                names = [f"{task}_dev_metrics_trial{k}.json" for k in range(1, n + 1)]
-            if all(tf.io.gfile.exists(os.path.join(self.finetune_dir(model, step), "results", name))
-                   for name in names):
-                done.append(task)
-        return done
+        trials = [None] if n == 1 else range(1, n + 1)
+        return [task for task in self.tasks
+                if finetuned(self.finetune_dir(model, step), task, trials)]
 
     def export_step(self, model, step):
         """The discriminator of kept checkpoint `step`, exported for fine-tuning."""

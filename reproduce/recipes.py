@@ -20,6 +20,9 @@ architecture differs.
 * `smoke`: seconds per stage, for the end-to-end test only (numbers mean nothing).
 """
 import dataclasses
+import json
+
+from base import fileio
 
 # The BERT-architecture ELECTRA baseline: every head is a self-attention head, no convolution.
 ELECTRA_ARCHITECTURE = {"conv_type": "none", "head_ratio": 1}
@@ -144,3 +147,22 @@ def get_recipe(scale):
     if scale not in RECIPES:
         raise RecipeError(f"unknown --scale {scale!r}; choose one of {', '.join(SCALES)}")
     return RECIPES[scale]
+
+
+# ---------------------------------------------------------------- what a run has done already
+# The one "is this stage done?" of both reproductions (reproduce/pipeline.py, the GPU run's
+# reproduce/gpu_work.py): read from the files the drivers write, so a rerun skips what is done.
+def pretrained_steps(model_dir):
+    """The steps the finished pre-training in `model_dir` reached (its
+    pretraining_summary.json); None before it finished."""
+    path = fileio.join(model_dir, "pretraining_summary.json")
+    if not fileio.exists(path):
+        return None
+    return json.loads(fileio.read_text(path)).get("global_step", 0)
+
+
+def finetuned(finetune_dir, task, trials):
+    """Whether every one of `trials` (numbers; [None]: a run of one trial) of `task` has its dev
+    metrics in `finetune_dir`/results, as run_finetuning.py writes them."""
+    from finetune.glue.leaderboard import dev_metrics_path
+    return all(fileio.exists(dev_metrics_path(finetune_dir, task, trial)) for trial in trials)

@@ -37,7 +37,7 @@ SLOW_MODULES = (
     "tests/training/test_xla_compile.py", "tests/data/test_bench_builders.py",
     "tests/analysis/test_ablation.py", "tests/model/test_hf_parity.py",
     "tests/elastic/test_grid.py", "tests/elastic/test_train.py", "tests/elastic/test_pretrain.py",
-    "tests/model/test_checkpoints.py", "tests/finetune/test_finetune_precision.py",
+    "tests/model/test_checkpoints.py", "tests/finetune/test_squad_finetune.py",
     "tests/model/test_paper_configs.py", "tests/pretrain/test_distribution.py",
     "tests/lm/test_lm.py", "tests/finetune/test_jax_finetune.py",
     "tests/finetune/test_squad_features.py",

@@ -182,7 +182,7 @@ def test_one_block_size_for_every_planned_length():
     compiled for) and the same schedule arguments' shape for every planned length from 100 to
     20,000 steps, and for fine-tuning every task at every fraction the plan can choose."""
     import dataclasses
-    from finetune.trainer import num_train_steps
+    from finetune.finetuner import num_train_steps
     from pretrain.hparams import train_settings
     from reproduce.gpu_recipe import GPU_BUDGET, REHEARSAL, finetune_hparams, pretrain_hparams
     from training.loop import call_sizes, largest_call

@@ -44,19 +44,7 @@ from training.loop import TrainingError, run_loop, run_summary, steps_this_call
 from training.state import CheckpointSaver, restore_latest, write_json_atomic
 from training.summaries import ScalarWriter
 
-from training.flags import PRECISIONS
-
-PRECISION_POLICIES = dict(zip(PRECISIONS, ("float32", "mixed_bfloat16", "mixed_float16")))
-
-
-def set_precision(precision):
-    """The global Keras dtype policy of `precision` (fp32, bf16, mixed_float16). Models built
-    after this call compute in it."""
-    import keras
-    if precision not in PRECISION_POLICIES:
-        raise TrainingError(f"unknown precision {precision!r}; one of "
-                            f"{', '.join(PRECISION_POLICIES)}")
-    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
+from training.settings import set_precision, zero_optimizer_state
 
 
 class TrainingCore:
@@ -122,9 +110,7 @@ class TrainingCore:
         same variables, so the traced step is reused (fine-tuning trials)."""
         optimizer = self.optimizer
         inner = getattr(optimizer, "inner_optimizer", optimizer)
-        for variable in inner.variables:
-            if variable.name != "learning_rate":
-                variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        zero_optimizer_state(inner)
         if inner is not optimizer:   # LossScaleOptimizer
             optimizer.dynamic_scale.assign(optimizer.initial_scale)
             optimizer.step_counter.assign(0)

@@ -22,7 +22,7 @@ pace:
 * the learning rate: computed on the device from the step counter and the schedule's
   `arguments()` (training/optimization.py `LinearWarmupLinearDecay.value_at`), an argument of
   the program, so one compiled program serves any run length and peak rate: fine-tuning reuses
-  it across tasks and trials (`fit_task(train_step=...)`), and a run can choose its length after
+  it across tasks and trials (`fit_task(program=...)`), and a run can choose its length after
   timing its first steps;
 * metrics: summed over the call's steps on the device, in the same program; the host reads
   them once per call (with `steps_per_loop` = `log_every`, once per log line);
@@ -52,10 +52,10 @@ pace:
 Programs are compiled ahead of their first call where a caller wants it
 (training/jax_programs.py `PrecompilableStep`, `precompile`). `fit_task` reads as its four
 parts: `_restore`, `_train` (the loop, saving at its save points), then the newest values
-assigned to the variables and `task.export`. `make_step` takes a Keras model and a
-`loss_and_metrics(outputs, batch)` function instead of a Task: the same program, for
-benchmarks/gpu_pretrain.py. Same `TrainSettings` as TensorFlow's core; not here: loss scaling
-(mixed_float16).
+assigned to the variables and `task.export`. One name per concept: the `TrainState` (what a
+program call takes and returns), its `step` counter, the `train_program()` and
+`predict_program(fn)` (compiled programs) and their `ProgramArgs`. Same `TrainSettings` as
+TensorFlow's core; not here: loss scaling (mixed_float16).
 """
 import os
 import time
@@ -67,6 +67,7 @@ from training.jax_distribution import (is_writer, num_replicas, process_batches,
                                        process_local_variables, replicated)
 from training.jax_programs import PrecompilableStep
 from training.loop import (TrainingError, call_sizes, largest_call, run_loop, run_summary)
+from training.settings import set_precision, zero_optimizer_state
 from training.state import (CHECKPOINT_NAME, restore_safetensors_checkpoint,
                             save_safetensors_checkpoint, write_json_atomic)
 
@@ -78,6 +79,19 @@ class TrainState(NamedTuple):
     optimizer: list        # values of `optimizer.variables` (moments, iterations, learning rate)
     step: Any              # int32 scalar: updates applied so far (drives masking RNG and the lr)
 
+    def values(self):
+        """(trainable, non_trainable, optimizer): the variables' values, group by group."""
+        return self.trainable, self.non_trainable, self.optimizer
+
+
+class ProgramArgs(NamedTuple):
+    """A train program's arguments (`JaxTrainingCore.train_program`): what it is compiled for,
+    called with and timed on."""
+    state: TrainState
+    block: Any                # [K, B, ...] batches, K = the largest call
+    num_steps: Any            # int32: the block's real batches (the rest is padding)
+    schedule_arguments: Any   # the learning-rate schedule's (training/optimization.py)
+
 
 def copy_state(state):
     """A copy of every array of `state` on the same devices (what a donated call may consume
@@ -85,20 +99,6 @@ def copy_state(state):
     import jax
     import jax.numpy as jnp
     return jax.tree_util.tree_map(jnp.copy, state)
-
-
-def set_precision(precision):
-    """The global Keras dtype policy on JAX: fp32, or bf16 (`mixed_bfloat16`: bf16 compute, fp32
-    weights and optimizer state, no loss scaling needed). mixed_float16 needs loss scaling,
-    which only TensorFlow's core has."""
-    import keras
-    if precision == "mixed_float16":
-        raise TrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only; use bf16 "
-                            "or fp32 on JAX")
-    if precision not in ("fp32", "bf16"):
-        raise TrainingError(f"unknown precision {precision!r}; one of fp32, bf16 on JAX")
-    keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if precision == "bf16" else "float32")
 
 
 def learning_rate_slot(optimizer):
@@ -135,7 +135,7 @@ class JaxTrainingCore:
             self.model = task.build()
             named = dict(task.named_variables())
             self.trainable = list(named.values())
-            self.state = list(task.state_variables())
+            self.non_trainable = list(task.state_variables())
             self.optimizer, self.schedule = build_optimizer(self.settings, named,
                                                             learning_rate_variable=True)
             self.optimizer.build(self.trainable)
@@ -143,8 +143,8 @@ class JaxTrainingCore:
         return self
 
     def task_variables(self):
-        """(trainable, state, optimizer variables) of the built task: a TrainState's lists."""
-        return self.trainable, self.state, self.optimizer.variables
+        """(trainable, state, optimizer variables) of the built task: a TrainState's `values`."""
+        return self.trainable, self.non_trainable, self.optimizer.variables
 
     def train_state(self, step=0, copy=True):
         """A TrainState of the variables' current values at `step`; copies by default (a
@@ -166,13 +166,13 @@ class JaxTrainingCore:
 
     def task_state(self):
         """The variables' current values, not copied: (trainable, state, optimizer) lists; the
-        first two are a `predict_step`'s first arguments."""
-        return self.train_state(copy=False)[:3]
+        first two are a `predict_program`'s first arguments."""
+        return self.train_state(copy=False).values()
 
-    def task_step(self):
-        """The compiled program of the built task (see `_program` for its signature)."""
+    def train_program(self):
+        """The compiled train program of the built task (see `_program` for its signature)."""
         import keras
-        task, trainable_vars, state_vars = self.task, self.trainable, self.state
+        task, trainable_vars, state_vars = self.task, self.trainable, self.non_trainable
 
         def forward(trainable, state, batch, step):
             mapping = list(zip(trainable_vars, trainable)) + list(zip(state_vars, state))
@@ -187,15 +187,16 @@ class JaxTrainingCore:
         return self._program(forward, self.optimizer)
 
     def example_args(self, batch, steps=None):
-        """Arguments of a `task_step()` / `make_step()` program for a block of `steps` copies of
-        `batch` (default: the settings' largest call): what `precompile` lowers, and what a
-        benchmark times. The state is a copy of the variables' values."""
+        """ProgramArgs of the `train_program()` for a block of `steps` copies of `batch`
+        (default: the settings' largest call): what `precompile` lowers, and what a benchmark
+        times. The state is a copy of the variables' values."""
         from training.device_input import block_sharding, stack_block, to_device
         steps = steps or largest_call(self.settings)
         block = to_device(stack_block([batch] * steps, steps), block_sharding())
-        return (self.train_state(), block, np.int32(steps), self.schedule.arguments())
+        return ProgramArgs(self.train_state(), block, np.int32(steps),
+                           self.schedule.arguments())
 
-    def predict_step(self, fn):
+    def predict_program(self, fn):
         """A jitted (trainable values, state values, batch) -> fn(batch), run with the built
         task's variables swapped for those values (inference: nothing is updated); a
         PrecompilableStep. Its first two arguments are `task_state()[:2]`. With several
@@ -203,7 +204,7 @@ class JaxTrainingCore:
         import jax
         import keras
         from training.device_input import replicated_sharding
-        trainable_vars, state_vars = self.trainable, self.state
+        trainable_vars, state_vars = self.trainable, self.non_trainable
 
         def predict(trainable, state, batch):
             mapping = list(zip(trainable_vars, trainable)) + list(zip(state_vars, state))
@@ -227,16 +228,14 @@ class JaxTrainingCore:
     def reset(self):
         """Optimizer state (Adam moments, iterations) back to zero on the same variables, so the
         compiled program is reused (fine-tuning trials)."""
-        for variable in self.optimizer.variables:
-            if variable.name != "learning_rate":
-                variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))
+        zero_optimizer_state(self.optimizer)
 
     def fit_task(self, checkpoint_dir=None, export_dir=None, summary_path=None,
-                 summary_extra=None, started_at=None, train_step=None, after_save=None,
+                 summary_extra=None, started_at=None, program=None, after_save=None,
                  checkpoint_every=None, log_dir=None, writer=None):
         """Train the built task from the newest checkpoint of `checkpoint_dir` (or step 0) to
         settings.total_steps; `task.export(export_dir)` at the end, with the trained values
-        assigned back to the variables. train_step: a `task_step()` to reuse (one is compiled
+        assigned back to the variables. program: a `train_program()` to reuse (one is compiled
         otherwise). after_save(step): called at every save point (every `save_every` steps and
         at the end, with or without a `checkpoint_dir`) with the current values assigned to the
         variables (held-out curves). checkpoint_every: write the checkpoint only at save points
@@ -248,23 +247,16 @@ class JaxTrainingCore:
         from training.summaries import ScalarWriter
         task = self.task
         started_at = time.time() if started_at is None else started_at
-        program = train_step or self.task_step()
+        program = program or self.train_program()
         step, examples, last_saved = self._restore(checkpoint_dir)
-        state = self.train_state(step)
         own_writer = writer is None
         if own_writer:
             writer = ScalarWriter(log_dir if is_writer() else None)
-        current = {"state": state}     # what the last call returned: _train updates it
         try:
-            result = self._train(program, current, examples, last_saved, checkpoint_dir,
-                                 after_save, checkpoint_every, label=task.label or self.label,
-                                 writer=writer)
+            result = self._train(program, self.train_state(step), examples, last_saved,
+                                 checkpoint_dir, after_save, checkpoint_every,
+                                 label=task.label or self.label, writer=writer)
         finally:
-            # The newest values the run reached, also when it stopped on an error or a signal
-            # (as TensorFlow's core leaves its variables), unless a failed call consumed them.
-            state = current["state"]
-            if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):
-                self._assign(state)
             if own_writer:
                 writer.close()
         if export_dir is not None and is_writer():
@@ -276,21 +268,6 @@ class JaxTrainingCore:
         if summary_path is not None and is_writer():
             write_json_atomic(summary, summary_path)
         return summary
-
-    # ------------------------------------------------------------------ a model + loss function
-    def make_step(self, model, optimizer, loss_and_metrics):
-        """The compiled program for a Keras model and `loss_and_metrics(outputs, batch) -> (loss,
-        metric sums)` instead of a Task (`_program`'s signature; the optimizer must keep its
-        learning rate in a variable: `learning_rate_slot`). Its TrainState lists are
-        (model.trainable_variables, model.non_trainable_variables, optimizer.variables)."""
-
-        def forward(trainable, non_trainable, batch, step):
-            outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch,
-                                                          step=step, training=True)
-            loss, metrics = loss_and_metrics(outputs, batch)
-            return loss, metrics, non_trainable
-
-        return self._program(forward, optimizer)
 
     # ------------------------------------------------------------------ the program
     def _program(self, forward, optimizer):
@@ -348,7 +325,7 @@ class JaxTrainingCore:
                 for group, group_vars in zip(self.GROUPS, self.task_variables())]
 
     def _flat(self, state):
-        return {n: v for group_names, group in zip(self._names(), state[:3])
+        return {n: v for group_names, group in zip(self._names(), state.values())
                 for n, v in zip(group_names, group)}
 
     def _restore(self, checkpoint_dir):
@@ -367,25 +344,27 @@ class JaxTrainingCore:
         self.log(f"resumed from {last_saved} at step {step}")
         return step, examples, last_saved
 
-    def _train(self, program, current, examples, last_saved, checkpoint_dir, after_save,
+    def _train(self, program, state, examples, last_saved, checkpoint_dir, after_save,
                checkpoint_every, label, writer=None):
-        """The host loop (training/loop.py) over `program` from `current["state"]`, which holds
-        the newest state after every call; the LoopResult. Blocks come from the task's
+        """The host loop (training/loop.py) over `program` from `state`, each call's state (the
+        previous one donated) the next one's; the LoopResult. Blocks come from the task's
         `host_batches` through a BlockPrefetcher; `writer`: the TensorBoard scalars (a
-        ScalarWriter; None: none)."""
+        ScalarWriter; None: none). At the end, also on an error or a signal, the newest values
+        the run reached are assigned to the variables (as TensorFlow's core leaves them), unless
+        a failed call consumed them."""
         import jax
         from training.device_input import BlockPrefetcher, block_sharding
         s = self.settings
-        start_step = int(current["state"].step)
+        start_step = int(state.step)
         schedule_arguments = self.schedule.arguments()
         blocks = BlockPrefetcher(process_batches(self.task, examples // s.batch_size),
                                  call_sizes(s, start_step), largest_call(s),
                                  sharding=block_sharding())
 
         def run_steps(step):
+            nonlocal state
             num, block = blocks.next()
-            current["state"], sums = program(current["state"], block, np.int32(num),
-                                             schedule_arguments)
+            state, sums = program(state, block, np.int32(num), schedule_arguments)
             return num, jax.device_get(sums)   # the call's one host read
 
         def save(step, stopping=False):
@@ -395,28 +374,28 @@ class JaxTrainingCore:
             if checkpoint_dir is not None and due:
                 consumed = examples + (step - start_step) * s.batch_size
                 if is_writer():   # written once (the state is replicated), read by all
-                    path = save_safetensors_checkpoint(checkpoint_dir,
-                                                       self._flat(current["state"]), step,
+                    path = save_safetensors_checkpoint(checkpoint_dir, self._flat(state), step,
                                                        consumed, s.keep_checkpoints)
                 else:
                     path = os.path.join(checkpoint_dir, f"{CHECKPOINT_NAME}-{step}.safetensors")
             if after_save is not None and not stopping:    # a stop is no save point
-                self._assign(copy_state(current["state"]))
+                self._assign(copy_state(state))
                 after_save(step)
             return path
 
         saving = checkpoint_dir is not None or after_save is not None
         try:
-            result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
-                              describe=self.task.describe, schedule=self.schedule,
-                              save=save if saving else None, last_saved=last_saved,
-                              log=self.log, label=label, writer=writer,
-                              scalar_prefix=self.task.scalar_prefix)
+            return run_loop(s, start_step, run_steps, summarize=self.task.summarize,
+                            describe=self.task.describe, schedule=self.schedule,
+                            save=save if saving else None, last_saved=last_saved,
+                            log=self.log, label=label, writer=writer,
+                            scalar_prefix=self.task.scalar_prefix)
         finally:
             blocks.close()
-        return result
+            if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):
+                self._assign(state)
 
     def _assign(self, state):
-        for group, values in zip(self.task_variables(), state[:3]):
+        for group, values in zip(self.task_variables(), state.values()):
             for variable, value in zip(group, values):
                 variable.assign(value)

@@ -89,4 +89,4 @@ def seconds_per_step(program, args, calls, rounds=1, warm_up=True):
             state, sums = program(state, block, num, schedule_arguments)
         jax.block_until_ready((state, sums))
         figures.append((time.perf_counter() - start) / (calls * int(num)))
-    return figures, (state, block, num, schedule_arguments)
+    return figures, args._replace(state=state)

@@ -1,5 +1,7 @@
 """What a training core needs to train one task (TensorFlow's `training/core.py` and JAX's
-`training/jax_core.py` alike); pure Python, so the JAX path imports it without TensorFlow."""
+`training/jax_core.py` alike), and what both cores do the same way: the precision policy
+(`set_precision`), the optimizer (`build_optimizer`) and a trial's zeroed optimizer state
+(`zero_optimizer_state`). Pure Python, so the JAX path imports it without TensorFlow."""
 import dataclasses
 from typing import Optional
 
@@ -74,3 +76,37 @@ def build_optimizer(settings, named_variables, total_steps=None, learning_rate_v
         weight_decay_rate=s.weight_decay_rate, clip_norm=s.clip_norm,
         name_map=named_variables, lr_multipliers=multipliers)
     return optimizer, schedule
+
+
+# --precision -> the global Keras dtype policy: bf16 computes in bfloat16 with float32 weights
+# and optimizer state (no loss scaling needed); mixed_float16 needs loss scaling, which only
+# TensorFlow's core has.
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16",
+                      "mixed_float16": "mixed_float16"}
+
+
+def set_precision(precision):
+    """The global Keras dtype policy of `precision` (fp32, bf16; mixed_float16 on TensorFlow):
+    models built after this call compute in it. A TrainingError for any other value, and for
+    mixed_float16 on JAX."""
+    import keras
+    from training.loop import TrainingError
+    jax = keras.backend.backend() == "jax"
+    if precision == "mixed_float16" and jax:
+        raise TrainingError("precision mixed_float16 (loss scaling) is TensorFlow-only; use bf16 "
+                            "or fp32 on JAX")
+    if precision not in PRECISION_POLICIES:
+        raise TrainingError(f"unknown precision {precision!r}; one of "
+                            f"{', '.join(p for p in PRECISION_POLICIES if not jax or p[0] != 'm')}"
+                            + (" on JAX" if jax else ""))
+    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
+
+
+def zero_optimizer_state(optimizer):
+    """Every variable of a built optimizer but its learning rate back to zero (Adam moments,
+    iterations), on the same variables, so a compiled or traced step is reused (fine-tuning
+    trials)."""
+    import numpy as np
+    for variable in optimizer.variables:
+        if variable.name != "learning_rate":
+            variable.assign(np.zeros(tuple(variable.shape), dtype=variable.dtype))

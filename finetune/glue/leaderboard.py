@@ -317,6 +317,13 @@ def _trial_suffix(trial) -> str:
     return "" if trial is None else f"_trial{trial}"
 
 
+def dev_metrics_path(model_dir, task_key: str, trial=None) -> str:
+    """`<model_dir>/results/<task>_dev_metrics[_trial<k>].json`: what `write_dev_predictions`
+    writes last, so its presence says a trial is done."""
+    return fileio.join(model_dir, "results",
+                       f"{_result_key(task_key)}_dev_metrics{_trial_suffix(trial)}.json")
+
+
 def write_dev_predictions(model_dir, task_key: str, indices, predictions, labels,
                           trial=None) -> dict[str, float]:
     """Write `<task>_dev_predictions.tsv` (index, prediction, label) and `<task>_dev_metrics.json`
@@ -341,8 +348,7 @@ def write_dev_predictions(model_dir, task_key: str, indices, predictions, labels
                 "\n".join(lines) + "\n")
     record = {"task": key, "split": "dev", "trial": trial, "num_examples": len(indices),
               "metrics": metrics}
-    _write_text(fileio.join(results, f"{key}_dev_metrics{suffix}.json"),
-                json.dumps(record, indent=2) + "\n")
+    _write_text(dev_metrics_path(model_dir, key, trial), json.dumps(record, indent=2) + "\n")
     return metrics
 
 

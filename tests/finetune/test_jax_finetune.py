@@ -2,15 +2,15 @@
 
 The same encoder + head weights, dropout 0, the same batches, no gradient clipping (see RUN): the
 per-step losses of 20 steps agree within 1e-4 for a classification (MRPC) and a regression (STS-B)
-task, with ELECTRA's schedule, weight decay and layer-wise learning rates; so do 10 steps of SQuAD
-2.0's QA head (joint beam + answerability classifier; issue #50 item 1) through the wrappers the
-drivers use (`JaxQAFinetuner`; TensorFlow's `Trainer` with finetune/squad_task.py's head and
-loss). Each backend runs in its own
-subprocess (KERAS_BACKEND is fixed at import); the JAX one with `tensorflow` unimportable.
+task through the finetuners the drivers use, with ELECTRA's schedule, weight decay and layer-wise
+learning rates. SQuAD's QA head is the same `FinetuneTask` (finetune/finetuner.py) on the same
+cores: its losses on both are compared in tests/training/test_tasks_both_cores.py. Each backend
+runs in its own subprocess (KERAS_BACKEND is fixed at import); the JAX one with `tensorflow`
+unimportable.
 
-Issue #50 item 2: the JAX MRPC run again on 2 virtual CPU devices (DataParallel: batches split, state
-replicated) gives the one-device losses within 1e-5, and the same logits from batches of 7 (one
-device: the last batch padded) and of 8 (two: 7 rounded up to a multiple of the devices, split)."""
+The JAX MRPC run again on 2 virtual CPU devices (DataParallel: batches split, state replicated)
+gives the one-device losses within 1e-5, and the same logits from batches of 7 (one device: the
+last batch padded) and of 8 (two: 7 rounded up to a multiple of the devices, split)."""
 import json
 import os
 import subprocess
@@ -22,7 +22,6 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 STEPS = 20
-STEPS_OF = {"squad": 10}   # the QA head: 10 steps (issue #50)
 
 RUN = r"""
 import json, os, sys
@@ -37,41 +36,30 @@ if devices > 1:   # as run_finetuning.py --num_cpu_devices: before JAX starts
 from data.pretraining_arrays import array_batches
 from finetune.classification_head import ClassificationHead
 from finetune.glue.tasks import get_task
-from finetune.hparams import FinetuneHParams, QA_TASKS
-from finetune import squad_task
+from finetune.hparams import FinetuneHParams
 from model import ConvBertConfig, ConvBertModel
 
 out, task, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-qa = task in QA_TASKS
 config = ConvBertConfig(vocab_size=64, hidden_size=32, embedding_size=32, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=64, hidden_dropout_prob=0.0,
                         attention_probs_dropout_prob=0.0)
-spec = None if qa else get_task(task)
+spec = get_task(task)
 # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm counts a
 # token seen twice in a batch twice (as the official code); JAX's dense gradients count it once.
 # Both clip the same otherwise, but with a 64-token vocab every batch repeats tokens.
 hp = FinetuneHParams(model_size="small", learning_rate=1e-3, train_batch_size=8,
                      max_train_steps=steps, log_every_steps=1, max_seq_length=16,
-                     clip_norm=0.0, qa_hidden_size=16, beam_size=3).for_task(task)
+                     clip_norm=0.0).for_task(task)
 rng = np.random.default_rng(0)
 n, t = 64, 16
 features = {"input_ids": rng.integers(5, 64, (n, t)).astype(np.int32),
             "input_mask": np.ones((n, t), np.int32), "segment_ids": np.zeros((n, t), np.int32)}
-if qa:   # question: tokens 0..5, context 6..t-1; an answer span there, or [CLS] if unanswerable
-    impossible = rng.integers(0, 2, n).astype(np.int32)
-    start = rng.integers(6, t - 2, n).astype(np.int32)
-    end = start + rng.integers(0, 2, n).astype(np.int32)
-    features["segment_ids"][:, 6:] = 1
-    features.update(start_positions=start * (1 - impossible),
-                    end_positions=end * (1 - impossible), is_impossible=impossible)
-else:
-    features["label_ids"] = (rng.uniform(0, 5, n).astype(np.float32) if spec.is_regression
-                             else rng.integers(0, 2, n).astype(np.int32))
+features["label_ids"] = (rng.uniform(0, 5, n).astype(np.float32) if spec.is_regression
+                         else rng.integers(0, 2, n).astype(np.int32))
 init = os.path.join(out, "init.npz")
 if keras.backend.backend() == "jax":
-    from finetune.jax_trainer import JaxFinetuner, JaxQAFinetuner
-    ft = JaxQAFinetuner(config, task, hp) if qa else JaxFinetuner(config, task, hp,
-                                                                   head_dropout=0.0)
+    from finetune.jax_trainer import JaxFinetuner
+    ft = JaxFinetuner(config, task, hp, head_dropout=0.0)
     encoder, head = ft.encoder, ft.head
     if os.path.exists(init):   # a later JAX run starts where the first did
         weights = dict(np.load(init))
@@ -84,8 +72,8 @@ if keras.backend.backend() == "jax":
     for k, v in head.weight_map().items():
         v.assign(weights["head/" + k])
     history = ft.train(features, hp, seed=0)["history"]
-    if not qa:
-        np.save(os.path.join(out, f"logits_{devices}.npy"), ft.predict(features, batch_size=7))
+    np.save(os.path.join(out, f"logits_{devices}.npy"),
+            ft.predict(features, batch_size=7)["logits"])
 else:
     import tensorflow as tf
     from finetune.glue_task import glue_model_fns
@@ -93,27 +81,20 @@ else:
     weights = dict(np.load(init))
     encoder = ConvBertModel(config)
     encoder({k: features[k][:1] for k in ("input_ids", "input_mask", "segment_ids")})
-    if qa:
-        head = squad_task.make_head(hp, config, squad_task.VERSIONS[task])
-        forward, loss = squad_task.model_fns(hp, squad_task.VERSIONS[task])[:2]
-    else:
-        head = ClassificationHead(spec.num_labels, spec.is_regression, dropout_rate=0.0)
-        head.build((None, None, config.hidden_size))
-        forward, loss = glue_model_fns(task)
+    head = ClassificationHead(spec.num_labels, spec.is_regression, dropout_rate=0.0)
+    head.build((None, None, config.hidden_size))
+    forward, loss = glue_model_fns(task)
     for k, v in encoder.weight_map().items():
         v.assign(weights[k])
     for k, v in head.weight_map().items():
         v.assign(weights["head/" + k])
-    named = dict(encoder.weight_map())
-    named.update({f"task_specific/{task}/{k}": v for k, v in head.weight_map().items()})
-    trainer = Trainer(encoder, head, forward, loss, hp, task, named)
+    trainer = Trainer(encoder, head, forward, loss, hp, task)
     # The JAX run's batches (array_batches, seed 0), in order.
     stream = array_batches(features, hp.train_batch_size, seed=0)
     batches = [next(stream) for _ in range(steps)]
     stacked = {k: np.stack([b[k] for b in batches]) for k in features}
     trainer.task.dataset = lambda skip: tf.data.Dataset.from_tensor_slices(stacked).skip(skip)
-    trainer.train(features, steps, seed=0)
-    history = trainer.history
+    history = trainer.train(features, hp, seed=0, total_steps=steps)["history"]
 with open(os.path.join(out, f"{keras.backend.backend()}_{devices}.json"), "w") as f:
     json.dump([[h["step"], h["loss"], h["grad_norm"]] for h in history], f)
 """
@@ -122,7 +103,7 @@ with open(os.path.join(out, f"{keras.backend.backend()}_{devices}.json"), "w") a
 def _run(backend, out, task, devices=1):
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(REPO_ROOT),
            "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
-    steps = STEPS_OF.get(task, STEPS)
+    steps = STEPS
     done = subprocess.run([sys.executable, "-c", RUN, str(out), task, str(steps), str(devices)],
                           env=env, capture_output=True, text=True, timeout=600,
                           cwd=str(REPO_ROOT))
@@ -149,11 +130,11 @@ def runs(tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize("task", ["mrpc", "sts", "squad"])
+@pytest.mark.parametrize("task", ["mrpc", "sts"])
 def test_jax_fine_tuning_matches_tensorflow(runs, task):
     jax_history = runs("jax", task)[0]
     tf_history = runs("tensorflow", task)[0]
-    steps = STEPS_OF.get(task, STEPS)
+    steps = STEPS
     assert [h[0] for h in jax_history] == list(range(1, steps + 1))
     assert [h[0] for h in tf_history] == list(range(1, steps + 1))
     jax_loss, tf_loss = np.array([h[1] for h in jax_history]), np.array([h[1] for h in tf_history])

@@ -422,19 +422,18 @@ def test_trainer_trials_reset_weights_head_and_optimizer():
     encoder = ConvBertModel(ConvBertConfig.from_size("small", vocab_size=100, **TINY_MODEL))
     head = ClassificationHead(2, name="head")
     head.build((None, None, 32))
-    named = dict(encoder.weight_map())
-    named.update(head.weight_map(prefix="task_specific/sst/"))
     hp = FinetuneHParams(train_batch_size=4, log_every_steps=100).for_task("sst")
     forward, loss = glue_task.glue_model_fns("sst")
     lines = []
-    trainer = Trainer(encoder, head, forward, loss, hp, "sst", named, printer=lines.append)
+    trainer = Trainer(encoder, head, forward, loss, hp, "sst", log=lines.append)
     rng = np.random.default_rng(0)
     features = {"input_ids": rng.integers(5, 100, (16, 12)).astype(np.int32),
                 "input_mask": np.ones((16, 12), np.int32),
                 "segment_ids": np.zeros((16, 12), np.int32),
                 "label_ids": rng.integers(0, 2, 16).astype(np.int32)}
     snapshot = {n: np.asarray(v).copy() for n, v in encoder.weight_map().items()}
-    trainer.train(features, total_steps=4, seed=0)
+    trainer.start(None, seed=3)   # trial 1: the model as built
+    trainer.train(features, hp, seed=0, total_steps=4)
     assert int(trainer.optimizer.iterations.numpy()) == 4
     # Layer-wise LR: the head gets the full rate, embeddings decay^(L+2) = 0.8^4.
     assert trainer.optimizer.lr_multiplier(head.dense.kernel) == pytest.approx(1.0)
@@ -444,17 +443,16 @@ def test_trainer_trials_reset_weights_head_and_optimizer():
     assert not np.allclose(moved, snapshot["electra/encoder/layer_0/attention/self/query/kernel"])
     head_before = np.asarray(head.dense.kernel).copy()
     step = trainer._train_step
-    keras.utils.set_random_seed(4)
-    trainer.start_trial(snapshot)
+    trainer.start(snapshot, seed=4)
     for name, variable in encoder.weight_map().items():
         np.testing.assert_array_equal(np.asarray(variable), snapshot[name])
     assert int(trainer.optimizer.iterations.numpy()) == 0
     assert not np.allclose(np.asarray(head.dense.kernel), head_before)
     np.testing.assert_array_equal(np.asarray(head.dense.bias), 0.0)
-    result = trainer.train(features, total_steps=4, seed=1)
+    result = trainer.train(features, hp, seed=1, total_steps=4)
     assert trainer._train_step is step   # not traced again
     assert int(trainer.optimizer.iterations.numpy()) == 4 and np.isfinite(result["final_loss"])
-    out = trainer.predict(features, ["logits"], batch_size=6)   # 16 rows: last batch padded
+    out = trainer.predict(features, batch_size=6)   # 16 rows: last batch padded
     assert out["logits"].shape == (16, 2)
 
 

@@ -1,10 +1,13 @@
-"""SQuAD v1.1 and v2.0 fine-tuning through run_finetuning.py with a tiny model.
+"""SQuAD v1.1 and v2.0 fine-tuning through run_finetuning.py with a tiny model, and --precision
+(fp32, bf16, mixed_float16) on SQuAD 2.0 and SST-2.
 
 Only the official dev sets are available (../shared/data/squad), so each is split by article:
 the first two articles are the training file, the next two the evaluation file, laid out as
 `<data_dir>/squad/{train,dev}-v{1.1,2.0}.json` (the driver's default file names).
 """
 import json
+import math
+import re
 
 import pytest
 
@@ -44,16 +47,50 @@ def pretrain_dir(tmp_path_factory):
     return root
 
 
+# --precision in fine-tuning (the training core's policy, as in pre-training): SQuAD 2.0 (and
+# 1.1 and SST-2) from the same tiny checkpoint in fp32, bf16 and mixed_float16 (dynamic loss
+# scaling); the fp32 run is the SQuAD run the other tests read. The encoder's dropout is off, so
+# SQuAD's first loss (same weights, same batch, a head without dropout) differs from fp32 only by
+# the precision. The bound is a rounding budget, not a fitted value: bf16 keeps 8 significant
+# bits (2^-8 = 0.4% relative per rounding), float16 11 bits; a few roundings in series through
+# the 2-layer encoder, the head and the softmax give 2% for bf16 and 0.5% for float16. SST-2's
+# head keeps ELECTRA's dropout of 0.1, whose random mask is drawn in the compute dtype, so SST-2
+# is checked for running and writing its outputs, not for equal losses.
+TOLERANCE = {"bf16": 0.02, "mixed_float16": 0.005}
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+STEP = re.compile(r"^(\w+): step (\d+)/\d+ \([\d.]+%\) loss ([\d.]+)")
+
+
 @pytest.fixture(scope="module")
-def squad_run(tmp_path_factory, squad_dir, pretrain_dir):
-    """Both SQuAD versions from the small checkpoint, fine-tuned at 64 tokens."""
-    model_dir = tmp_path_factory.mktemp("ft_squad")
+def runs(tmp_path_factory, squad_dir, pretrain_dir):
+    """{precision: (model_dir, {(task, step): loss}, process)}: SQuAD 2.0 and SST-2 (fp32: and
+    SQuAD 1.1) from the small checkpoint, fine-tuned at 64 tokens for 3 steps."""
+    (squad_dir / "SST-2").symlink_to(shared_path("data", "glue", "SST-2"),
+                                     target_is_directory=True)
     vocab = shared_path("data", "vocab", "bert-uncased-vocab.txt")
     hparams = {k: v for k, v in QA_HPARAMS.items() if k != "model_hparam_overrides"}
-    proc = run_cli(["--data_dir", squad_dir, "--task_names", "squad,squadv1", "--vocab_file",
-                    vocab, "--model_dir", model_dir, "--hparams", json.dumps(hparams),
-                    "--init_checkpoint", pretrain_dir, "--max_seq_length", 64,
-                    "--max_train_steps", 3])
+    hparams["model_hparam_overrides"] = NO_DROPOUT
+    out = {}
+    for precision in ("fp32", "bf16", "mixed_float16"):
+        model_dir = tmp_path_factory.mktemp(f"ft_{precision}")
+        tasks = "squad,squadv1,sst" if precision == "fp32" else "squad,sst"
+        proc = run_cli(["--data_dir", squad_dir, "--task_names", tasks, "--vocab_file", vocab,
+                        "--model_dir", model_dir, "--hparams", json.dumps(hparams),
+                        "--init_checkpoint", pretrain_dir, "--max_seq_length", 64,
+                        "--max_train_steps", 3, "--precision", precision])
+        losses = {}
+        for line in proc.stdout.splitlines():
+            match = STEP.match(line)
+            if match:
+                losses[(match.group(1), int(match.group(2)))] = float(match.group(3))
+        out[precision] = (model_dir, losses, proc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def squad_run(runs):
+    """Both SQuAD versions from the small checkpoint, fine-tuned at 64 tokens (fp32)."""
+    model_dir, _, proc = runs["fp32"]
     return model_dir, proc
 
 
@@ -102,7 +139,7 @@ def test_squad_warns_about_untrained_positions(squad_run):
     _, proc = squad_run
     assert "encoder: keras checkpoint" in proc.stdout
     warnings = [line for line in proc.stderr.splitlines() if "never trained" in line]
-    assert len(warnings) == 2  # one per task
+    assert [w.split(":")[1].strip() for w in warnings] == ["squad", "squadv1", "sst"]  # per task
     assert "at most 32 tokens" in warnings[0] and "hparams.json" in warnings[0]
 
 
@@ -125,3 +162,33 @@ def test_default_squad_files(tmp_path):
     assert default_files("squad", str(tmp_path)) == (
         str(tmp_path / "squad" / "train-v2.0.json"), str(tmp_path / "squad" / "dev-v2.0.json"))
     assert default_files("squadv1", str(tmp_path))[1].endswith("dev-v1.1.json")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "mixed_float16"])
+def test_first_squad_loss_agrees_with_fp32(runs, precision):
+    _, reference, _ = runs["fp32"]
+    _, losses, _ = runs[precision]
+    steps = {(t, s) for t in ("sst", "squad") for s in (1, 2, 3)}
+    assert set(losses) == steps and steps <= set(reference)
+    assert all(0 < v < 100 for v in losses.values()), losses
+    value = reference[("squad", 1)]
+    assert abs(losses[("squad", 1)] - value) <= TOLERANCE[precision] * value, (losses, reference)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "mixed_float16"])
+def test_outputs_written_and_finite(runs, precision):
+    model_dir, _, _ = runs[precision]
+    results = model_dir / "results"
+    sst = json.loads((results / "sst_dev_metrics.json").read_text())["metrics"]
+    squad = json.loads((results / "squad_metrics.json").read_text())["metrics"]
+    assert 0.0 <= sst["accuracy"] <= 100.0
+    assert all(math.isfinite(v) for v in squad.values() if isinstance(v, float))
+    assert json.loads((model_dir / "finetune_hparams.json").read_text())["hparams"][
+        "precision"] == precision
+
+
+def test_unknown_precision_is_one_line(tmp_path):
+    proc = run_cli(["--data_dir", tmp_path, "--task_names", "sst", "--model_dir", tmp_path / "o",
+                    "--precision", "fp8"], check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "fp8" in proc.stderr

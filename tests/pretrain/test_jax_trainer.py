@@ -208,22 +208,21 @@ def test_distribution_flags_on_jax(monkeypatch):
 
 
 def test_gpu_benchmark_runs_the_cores_program(tmp_path):
-    """benchmarks/gpu_pretrain.py (what a lent GPU machine runs) times the JAX training core's
-    program at each size it is given; its CPU smoke mode keeps it from rotting between GPU
-    sessions."""
+    """benchmarks/gpu_pretrain.py (what a GPU machine runs) times the JAX training core's
+    program at each size it is given; its CPU smoke mode keeps it from rotting between GPU runs.
+    One size: every size runs the same code (base only adds compile time)."""
     env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-c", NO_TF, "benchmarks/gpu_pretrain.py", "--tiny",
-                           "--model_size=small,base", f"--output={out}"], cwd=str(REPO),
+                           "--model_size=small", f"--output={out}"], cwd=str(REPO),
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [line.split() for line in proc.stdout.splitlines() if " seq/s " in line]
-    assert [line[:2] for line in lines] == [["ConvBERT", "small"], ["ELECTRA", "small"],
-                                            ["ConvBERT", "base"], ["ELECTRA", "base"]]
+    assert [line[:2] for line in lines] == [["ConvBERT", "small"], ["ELECTRA", "small"]]
     assert all(np.isfinite(float(line[-1])) for line in lines)      # the loss
-    assert "ConvBERT / ELECTRA step time, base:" in proc.stdout
+    assert "ConvBERT / ELECTRA step time, small:" in proc.stdout
     results = json.loads(out.read_text())
-    for size in ("small", "base"):
+    for size in ("small",):
         rows = results["sizes"][size]["models"]
         assert rows["ConvBERT"]["sequences_per_second"] > 0 and rows["ELECTRA"]["mfu"] is None
         assert results["sizes"][size]["convbert_over_electra_step_time"] == pytest.approx(

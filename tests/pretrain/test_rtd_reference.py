@@ -1,4 +1,4 @@
-"""The independent RTD reference: pretrain/heldout_eval.py and benchmarks/rtd_reference.py.
+"""The independent RTD reference: pretrain/heldout_eval.py and reproduce/rtd_reference.py.
 
 * `electra_mask` against ELECTRA's definition of `pretrain_helpers.mask` on a hand-made batch;
 * `evaluate` with fake generator / discriminator functions (labels, replaced fraction, AUC);
@@ -218,7 +218,7 @@ def test_reference_optimizer_and_schedule_match_ours():
     import keras
     import tensorflow as tf
     import torch
-    from benchmarks import rtd_reference as ref
+    from reproduce import rtd_reference as ref
     from training import optimization
 
     schedule = optimization.linear_warmup_linear_decay(1e-3, 3, 10, power=0.5)
@@ -296,7 +296,7 @@ def read_jsonl(path):
 def e2e(tmp_path_factory):
     """Our 4-step tiny ELECTRA-architecture run, evaluated by `ours`, the 4-step reference, and
     `compare` (the last as a subprocess: the CLI as users run it, no TensorFlow needed)."""
-    from benchmarks import rtd_reference as ref
+    from reproduce import rtd_reference as ref
     root = tmp_path_factory.mktemp("rtd")
     train, heldout, vocab = write_tiny_shards(root / "shards")
     model_dir = root / "run"
@@ -313,7 +313,7 @@ def e2e(tmp_path_factory):
     assert ref.main(["reference", *common, f"--output={reference}", f"--train_tfrecords={train}",
                      "--num_train_steps=4", "--eval_every=2"]) == 0
     png, md = root / "rtd.png", root / "rtd.md"
-    proc = run_cli(REPO / "benchmarks" / "rtd_reference.py", "compare", f"--reference={reference}",
+    proc = run_cli(REPO / "reproduce" / "rtd_reference.py", "compare", f"--reference={reference}",
                    f"--ours={ours}", f"--extra={ours}", "--extra_label=ours again",
                    f"--png={png}", f"--markdown={md}", timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -350,7 +350,7 @@ def test_reference_models_and_batches_are_ours(e2e):
     """The torch models share one embeddings module and tie the output layer to it, have our
     parameter count, and train on exactly the batches our trainer reads."""
     import tensorflow as tf
-    from benchmarks import rtd_reference as ref
+    from reproduce import rtd_reference as ref
     from data.tfrecord_io import find_shards
     from pretrain.task import make_core
     hp, _ = he.load_hparams(e2e["model_dir"])
@@ -383,7 +383,7 @@ def test_reference_models_and_batches_are_ours(e2e):
 
 
 def test_cli_errors(e2e, tmp_path, capsys):
-    from benchmarks import rtd_reference as ref
+    from reproduce import rtd_reference as ref
     empty = tmp_path / "empty"
     empty.mkdir()
     cases = [

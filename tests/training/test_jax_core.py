@@ -32,14 +32,14 @@ def run(steps_per_loop, pre=False, log_every=4):
     task = ToyTask(data)
     core = JaxTrainingCore(settings, log=lambda *_: None).build(task)
     model = task.model
-    step = core.task_step()
+    step = core.train_program()
     if pre:
         # In the background: the first call waits for the compile, then runs what it made.
         precompile([("toy", step, core.example_args(data[0]))], log=lambda *_: None,
                    wait=False)
         assert step.pending is not None
     saves = []
-    summary = core.fit_task(train_step=step, after_save=lambda k: saves.append(
+    summary = core.fit_task(program=step, after_save=lambda k: saves.append(
         [k, float(np.asarray(model.d2.kernel.value).sum())]))
     if pre:
         assert step.pending is None and step.compiled is not None

@@ -1,5 +1,5 @@
 """Both training cores run the same Task classes (training/task.py): the pre-training task
-(pretrain/task.py, RTD and MLM), the fine-tuning task (finetune/trainer.py `FinetuneTask`) with
+(pretrain/task.py, RTD and MLM), the fine-tuning task (finetune/finetuner.py `FinetuneTask`) with
 SQuAD's QA head, the causal LM (lm/task.py) and DynaBERT's depth phase (elastic/train.py), each
 trained by TensorFlow's `TrainingCore` and by JAX's `JaxTrainingCore` from the same initial
 weights on the same batches. `FinetuneTask` with GLUE's classification and regression heads is
@@ -31,7 +31,7 @@ if backend == "jax":
 import keras
 from finetune.hparams import FinetuneHParams
 from finetune.squad_task import make_head as squad_head, model_fns as squad_fns
-from finetune.trainer import FinetuneTask
+from finetune.finetuner import FinetuneTask
 from elastic.train import DynaBertTask, head_prefix, make_head
 from lm.task import LanguageModelTask, LMHParams
 from model import ConvBertConfig, ConvBertModel

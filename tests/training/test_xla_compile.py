@@ -214,7 +214,7 @@ def test_input_pipelines_have_static_batches(shards):
     of 2 still give only [2, ...] batches (training from the start and after a resume skip, and
     the pre-training eval pass)."""
     from data.pretraining_input import pretraining_dataset
-    from finetune.trainer import FinetuneTask
+    from finetune.finetuner import FinetuneTask
     from pretrain.task import PretrainingTask
     task = PretrainingTask(pretraining_hparams("small"), shards, VOCAB)
     for skip in (0, 3):
@@ -262,6 +262,7 @@ def finetuning_core(size, task_name, num_examples=5):
     trainer's own core settings but jit_compile on."""
     from model import ConvBertConfig, ConvBertModel
     from finetune.hparams import FinetuneHParams
+    from finetune.hparams import train_settings
     from finetune.trainer import Trainer
     from training import TrainingCore
     rng = np.random.default_rng(1)
@@ -297,13 +298,15 @@ def finetuning_core(size, task_name, num_examples=5):
             features["label_ids"] = (rng.uniform(0, 5, n).astype(np.float32)
                                      if spec.is_regression
                                      else rng.integers(0, spec.num_labels, n).astype(np.int32))
-        named = dict(encoder.weight_map())
-        named.update({f"task_specific/{task_name}/{k}": v for k, v in head.weight_map().items()})
-        trainer = Trainer(encoder, head, forward, loss, hp, task_name, named,
-                          printer=lambda line: None)
+        output_keys = ("logits",)
+        if task_name == "squad":
+            from finetune.squad_task import BEAM_KEYS
+            output_keys = tuple(BEAM_KEYS) + ("answerable_logit",)
+        trainer = Trainer(encoder, head, forward, loss, hp, task_name, output_keys,
+                          log=lambda line: None)
     task = trainer.task
     task.features, task.batch_size, task.seed = features, BATCH, 0
-    settings = dataclasses.replace(trainer._settings(STEPS, LAYERS), jit_compile=True,
+    settings = dataclasses.replace(train_settings(hp, LAYERS, STEPS), jit_compile=True,
                                    log_every=1)
     core = TrainingCore(task, settings, strategy, log=lambda line: None).build()
     return trainer, core, strategy
@@ -328,7 +331,7 @@ def check_padded_prediction(trainer, strategy):
     keys = list(BEAM_KEYS) + ["answerable_logit"]
     strategy.calls.clear()
     with strategy.scope():
-        out = trainer.predict(features, keys, batch_size=BATCH)
+        out = trainer.predict(features, batch_size=BATCH)
     assert {k: len(v) for k, v in out.items()} == {k: 3 for k in keys}
     assert np.all(np.isfinite(out["start_top_log_probs"]))
     assert len(strategy.calls) == 1   # one trace: both batches have the one static shape

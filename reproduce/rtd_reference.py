@@ -9,13 +9,13 @@ pretrain/heldout_eval.py on one fixed held-out batch with one fixed masking and 
 noise, so the curves are comparable step for step.
 
     # 1. the reference, trained on our run's shards, evaluated every 100 steps
-    python benchmarks/rtd_reference.py reference --model_dir=runs/electra_arch \\
+    python reproduce/rtd_reference.py reference --model_dir=runs/electra_arch \\
         --train_tfrecords='shards/train/*' --heldout='shards/heldout/*' --output=ref.jsonl
     # 2. our run's checkpoints on the same held-out batch
-    python benchmarks/rtd_reference.py ours --model_dir=runs/electra_arch \\
+    python reproduce/rtd_reference.py ours --model_dir=runs/electra_arch \\
         --heldout='shards/heldout/*' --output=ours.jsonl
     # 3. plot + table
-    python benchmarks/rtd_reference.py compare --reference=ref.jsonl --ours=ours.jsonl \\
+    python reproduce/rtd_reference.py compare --reference=ref.jsonl --ours=ours.jsonl \\
         [--extra=convbert.jsonl --extra_label="ours (ConvBERT)"] --png=rtd.png --markdown=rtd.md
 
 The comparison is meant for an ELECTRA-architecture run of ours (`model_hparam_overrides`
