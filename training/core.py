@@ -40,11 +40,10 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.loop import TrainingError, run_loop, run_summary, steps_this_call
-from training.state import CheckpointSaver, restore_latest, write_json_atomic
-from training.summaries import ScalarWriter
-
+from training.loop import TrainingError, finish_run, run_loop, steps_this_call
 from training.settings import set_precision, zero_optimizer_state
+from training.state import CheckpointSaver, restore_latest
+from training.summaries import scalar_writer
 
 
 class TrainingCore:
@@ -289,27 +288,19 @@ class TrainingCore:
             if self.loss_scaled:  # fp16: the scale after this call (run_loop stops on collapse)
                 values["loss_scale"] = float(self.optimizer.dynamic_scale.numpy())
             return num, values
-        own_writer = writer is None
-        if own_writer:
-            writer = ScalarWriter(log_dir if self.chief else None)
-        try:
+        with scalar_writer(writer, log_dir if self.chief else None) as writer:
             result = run_loop(s, start_step, run_steps, summarize=self.task.summarize,
                               describe=self.task.describe, schedule=self.schedule,
                               save=None if saver is None else save,
                               last_saved=last_checkpoint, log=self.log, label=self.task.label,
                               writer=writer, scalar_prefix=self.task.scalar_prefix,
                               loss_scaled=self.loss_scaled)
-        finally:
-            if own_writer:
-                writer.close()
         # With export_on_save the last save exported; a rerun with nothing left to train exports
         # again, which repairs an export that a kill interrupted after the final checkpoint.
         if self.chief and export_dir is not None and (
                 not s.export_on_save or result.step == result.start_step):
             self.task.export(export_dir)
-        summary = run_summary(s, result, started_at, self.num_params, extra={
+        return finish_run(s, result, started_at, self.num_params, extra={
             "distribution": distribution.describe(self.strategy),
-            "jit_compile": self.jit_compile, **(summary_extra or {})})
-        if summary_path is not None and self.chief:
-            write_json_atomic(summary, summary_path)
-        return summary
+            "jit_compile": self.jit_compile, **(summary_extra or {})},
+            summary_path=summary_path, writes=self.chief)

@@ -66,10 +66,10 @@ import numpy as np
 from training.jax_distribution import (is_writer, num_replicas, process_batches,
                                        process_local_variables, replicated)
 from training.jax_programs import PrecompilableStep
-from training.loop import (TrainingError, call_sizes, largest_call, run_loop, run_summary)
+from training.loop import TrainingError, call_sizes, finish_run, largest_call, run_loop
 from training.settings import set_precision, zero_optimizer_state
 from training.state import (CHECKPOINT_NAME, restore_safetensors_checkpoint,
-                            save_safetensors_checkpoint, write_json_atomic)
+                            save_safetensors_checkpoint)
 
 
 class TrainState(NamedTuple):
@@ -244,30 +244,21 @@ class JaxTrainingCore:
         training/summaries.py ScalarWriter the caller keeps open (fine-tuning adds its dev
         scalars to it), as TensorFlow's `TrainingCore.fit`."""
         import jax
-        from training.summaries import ScalarWriter
+        from training.summaries import scalar_writer
         task = self.task
         started_at = time.time() if started_at is None else started_at
         program = program or self.train_program()
         step, examples, last_saved = self._restore(checkpoint_dir)
-        own_writer = writer is None
-        if own_writer:
-            writer = ScalarWriter(log_dir if is_writer() else None)
-        try:
+        with scalar_writer(writer, log_dir if is_writer() else None) as writer:
             result = self._train(program, self.train_state(step), examples, last_saved,
                                  checkpoint_dir, after_save, checkpoint_every,
                                  label=task.label or self.label, writer=writer)
-        finally:
-            if own_writer:
-                writer.close()
         if export_dir is not None and is_writer():
             task.export(export_dir)
-        summary = run_summary(self.settings, result, started_at, self.num_params, extra={
+        return finish_run(self.settings, result, started_at, self.num_params, extra={
             "backend": "jax", "distribution": f"JAX {jax.default_backend()} x{num_replicas()}"
             + (f" over {jax.process_count()} processes" if jax.process_count() > 1 else ""),
-            **(summary_extra or {})})
-        if summary_path is not None and is_writer():
-            write_json_atomic(summary, summary_path)
-        return summary
+            **(summary_extra or {})}, summary_path=summary_path, writes=is_writer())
 
     # ------------------------------------------------------------------ the program
     def _program(self, forward, optimizer):

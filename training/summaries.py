@@ -10,6 +10,7 @@ framing are base/protowire.py's; the file goes through base/fileio.py, so `log_d
 bucket path (gs://..., through tf.io.gfile where TensorFlow is installed) as well as a local one.
 Each `write` is flushed (one flush per log line of the training loop).
 """
+import contextlib
 import itertools
 import math
 import os
@@ -98,3 +99,17 @@ class ScalarWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+@contextlib.contextmanager
+def scalar_writer(writer, log_dir):
+    """`writer` where the caller keeps one open (fine-tuning adds its dev scalars to it), else a
+    ScalarWriter of `log_dir` (None: writes nothing) closed at the end: both cores' `fit`."""
+    if writer is not None:
+        yield writer
+        return
+    own = ScalarWriter(log_dir)
+    try:
+        yield own
+    finally:
+        own.close()
