@@ -40,9 +40,9 @@ import numpy as np
 import tensorflow as tf
 
 from training import distribution
-from training.loop import TrainingError, finish_run, run_loop, steps_this_call
+from training.loop import TrainingError, run_loop, steps_this_call
 from training.settings import set_precision, zero_optimizer_state
-from training.state import CheckpointSaver, restore_latest
+from training.state import CheckpointSaver, finish_run, restore_latest
 from training.summaries import scalar_writer
 
 

@@ -66,9 +66,9 @@ import numpy as np
 from training.jax_distribution import (is_writer, num_replicas, process_batches,
                                        process_local_variables, replicated)
 from training.jax_programs import PrecompilableStep
-from training.loop import TrainingError, call_sizes, finish_run, largest_call, run_loop
+from training.loop import TrainingError, call_sizes, largest_call, run_loop
 from training.settings import set_precision, zero_optimizer_state
-from training.state import (CHECKPOINT_NAME, restore_safetensors_checkpoint,
+from training.state import (CHECKPOINT_NAME, finish_run, restore_safetensors_checkpoint,
                             save_safetensors_checkpoint)
 
 

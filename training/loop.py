@@ -296,16 +296,6 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
                       timed_seconds=timed_seconds)
 
 
-def finish_run(settings, result, started_at, num_params, extra, summary_path=None, writes=True):
-    """The end of both cores' fit: the run summary (`run_summary` with the backend's `extra`),
-    written atomically to `summary_path` where this process `writes`; returned."""
-    from training.state import write_json_atomic   # training/state.py imports this module
-    summary = run_summary(settings, result, started_at, num_params, extra=extra)
-    if summary_path is not None and writes:
-        write_json_atomic(summary, summary_path)
-    return summary
-
-
 def run_summary(settings, result, started_at, num_params, extra=None):
     """The run summary JSON's fields (the caller adds its backend's and writes it)."""
     s = settings

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from base import fileio
-from training.loop import TrainingError
+from training.loop import TrainingError, run_summary
 
 
 CHECKPOINT_NAME = "ckpt"
@@ -119,3 +119,13 @@ def restore_safetensors_checkpoint(directory, named_state):
                             f"(another model size, vocab or precision?): {_first_line(e)}") \
             from None
     return restored, int(tensors["step"][0]), int(tensors["examples"][0]), path
+
+
+def finish_run(settings, result, started_at, num_params, extra, summary_path=None, writes=True):
+    """The end of both cores' fit: the run summary (training/loop.py `run_summary` with the
+    backend's `extra`), written atomically to `summary_path` where this process `writes`;
+    returned."""
+    summary = run_summary(settings, result, started_at, num_params, extra=extra)
+    if summary_path is not None and writes:
+        write_json_atomic(summary, summary_path)
+    return summary
