@@ -10,7 +10,8 @@ from keras import ops
 from keras_hub.models import MaskedLM, MaskedLMPreprocessor
 
 from keras_hub_convbert.backbone import SERIALIZATION_PACKAGE, ConvBertBackbone, dtype_policy_scope
-from keras_hub_convbert.text_classifier import DEFAULT_SEQUENCE_LENGTH, check_vocabulary_fits
+from keras_hub_convbert.text_classifier import (DEFAULT_SEQUENCE_LENGTH, check_vocabulary_fits,
+                                                load_vocabulary_checked)
 from keras_hub_convbert.tokenizer import ConvBertTokenizer
 from model.heads import MaskedLMHead
 
@@ -25,6 +26,9 @@ class ConvBertMaskedLMPreprocessor(MaskedLMPreprocessor):
 
     def __init__(self, tokenizer, sequence_length=DEFAULT_SEQUENCE_LENGTH, **kwargs):
         super().__init__(tokenizer, sequence_length=sequence_length, **kwargs)
+
+    def load_preset_assets(self, preset):
+        load_vocabulary_checked(self, preset, super().load_preset_assets)
 
 
 class _GatherPositions(keras.layers.Layer):

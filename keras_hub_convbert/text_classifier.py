@@ -17,17 +17,35 @@ from keras_hub_convbert.tokenizer import ConvBertTokenizer
 DEFAULT_SEQUENCE_LENGTH = 128
 
 
-def check_vocabulary_fits(backbone, preprocessor):
-    """A tokenizer whose ids would index past the backbone's word embeddings is refused (when
-    its vocabulary is there: a preset's task loads it after the task is built)."""
+def check_vocabulary_fits(backbone, preprocessor, where="the tokenizer"):
+    """A tokenizer whose ids would index past the backbone's word embeddings is refused. A
+    preset's task (task.json) is built before its vocabulary is loaded: the preprocessor keeps
+    the backbone's size and checks it again once it has loaded it (`load_vocabulary_checked`)."""
+    if preprocessor is None:
+        return
+    preprocessor.backbone_vocabulary_size = int(backbone.vocabulary_size)
     tokenizer = getattr(preprocessor, "tokenizer", None)
     if tokenizer is None or (getattr(tokenizer, "vocabulary", None) is None
                              and getattr(tokenizer, "proto", None) is None):
         return
     size = int(tokenizer.vocabulary_size())
     if size > backbone.vocabulary_size:
-        raise ValueError(f"the tokenizer has {size} tokens but the backbone has only "
+        raise ValueError(f"{where}: {size} tokens but the backbone has only "
                          f"{backbone.vocabulary_size} word embeddings")
+
+
+def load_vocabulary_checked(preprocessor, preset, load):
+    """`load(preset)` (the preprocessor's own asset loading), then the vocabulary it loaded
+    against the backbone's word embeddings, naming the preset's vocabulary file."""
+    load(preset)
+    limit = getattr(preprocessor, "backbone_vocabulary_size", None)
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    if limit is None or tokenizer is None:
+        return
+    size = int(tokenizer.vocabulary_size())
+    if size > limit:
+        raise ValueError(f"{preset}/assets/tokenizer: {size} tokens but the backbone has only "
+                         f"{limit} word embeddings (another model's vocabulary?)")
 
 
 @keras.saving.register_keras_serializable(package=SERIALIZATION_PACKAGE)
@@ -41,6 +59,9 @@ class ConvBertTextClassifierPreprocessor(TextClassifierPreprocessor):
     def __init__(self, tokenizer, sequence_length=DEFAULT_SEQUENCE_LENGTH, truncate="round_robin",
                  **kwargs):
         super().__init__(tokenizer, sequence_length=sequence_length, truncate=truncate, **kwargs)
+
+    def load_preset_assets(self, preset):
+        load_vocabulary_checked(self, preset, super().load_preset_assets)
 
 
 @keras.saving.register_keras_serializable(package=SERIALIZATION_PACKAGE)

@@ -6,6 +6,7 @@ the toolkit's own (WordPiece and SentencePiece). The backbone's numerics on both
 tests/model/test_keras_hub_backbone.py."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -84,6 +85,14 @@ def test_a_finetuning_run_gives_its_classifier(tmp_path):
                  sequence_length=24)
     classifier = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "preset"))
     assert type(classifier).__name__ == "ConvBertTextClassifier" and classifier.num_classes == 3
+    # The task is rebuilt from task.json before its vocabulary is loaded: a vocabulary asset
+    # bigger than the embedding table is still refused, naming the preset.
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tmp_path / "preset", swapped)
+    (swapped / "assets" / "tokenizer" / "vocabulary.txt").write_text(
+        "\n".join(SPECIAL + [f"w{i}" for i in range(100)]) + "\n")
+    with pytest.raises(ValueError, match="105 tokens but the backbone has only 64"):
+        keras_hub.models.TextClassifier.from_preset(str(swapped))
     x = classifier.preprocessor(TEXTS[:3])
     ids = {"input_ids": np.asarray(x["token_ids"]), "input_mask": np.asarray(x["padding_mask"]),
            "segment_ids": np.asarray(x["segment_ids"])}
