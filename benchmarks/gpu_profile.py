@@ -74,8 +74,9 @@ def finetune_step(args):
     return finetuner.train_program, finetuner.core.example_args(batch, args.steps_per_call)
 
 
-# The gpu_budget recipe's pre-training settings (reproduce/gpu_budget.py GPU_BUDGET.pretrain; a
-# benchmark does not import reproduce/, tests/test_gpu_run.py checks that the two agree).
+# The gpu_budget recipe's pre-training settings (reproduce/gpu_recipe.py GPU_BUDGET's pretrain
+# and model_size; a benchmark does not import reproduce/, tests/test_gpu_run.py checks that the
+# two agree).
 RTD_PRETRAIN = dict(model_size="small", train_batch_size=128, max_seq_length=128,
                     learning_rate=5e-4, generator_hidden_size=0.25, temperature=1.0,
                     disc_weight=50.0, precision="bf16")

@@ -39,13 +39,13 @@ from reproduce import gpu_report
 from reproduce.gpu_plan import (DEFAULT_BUDGET_S, LOOP_OVERHEAD,  # noqa: F401
                                 REPORT_RESERVE_S, SECOND_BUDGET_S, finetune_trial_seconds,
                                 plan_budget, second_call_seconds)
-from reproduce.gpu_recipe import (GPU_BUDGET, PRETRAINED, REHEARSAL, SMOKE,  # noqa: F401
+from reproduce.gpu_recipe import (GPU_BUDGET, REHEARSAL, SMOKE,  # noqa: F401
                                   GpuRecipe, schedule_text)
 from reproduce.gpu_stages import (ArrayPretrainingTask, Finetuning, GpuModels,  # noqa: F401
                                   GpuRunError, Inputs, Pretraining, finetune_step_seconds,
                                   heldout_seconds, read_bundle, throughput)
 from reproduce.gpu_work import WorkFolder, WorkFolderError, default_work_dir
-from reproduce.recipes import GLUE_TASKS, MODELS
+from reproduce.recipes import GLUE_TASKS, MODELS, PRETRAINED
 
 OUTPUT_FILES = ("results.json", "results.md", "throughput.json", "pretraining_curves.png",
                 "glue_scores.png", "gpu_run.log")
@@ -90,7 +90,7 @@ class GpuRun:
         self.stage_seconds = {}
         self.watch = None          # the compiles after the compile stage (CompileWatch)
         self.current_stage, self.stopped = None, None
-        self.results = {"recipe": recipe.name, "budget_s": self.budget_s, "seed": seed,
+        self.results = {"recipe": recipe.scale, "budget_s": self.budget_s, "seed": seed,
                         "call": self.call,
                         "bundle": {k: v for k, v in self.bundle.items() if k != "files"}}
         try:
@@ -290,7 +290,7 @@ class GpuRun:
                    and not fileio.exists(os.path.join(self.out, f))]
         stopped = [m for m in PRETRAINED if self.work.collapsed(m) is not None]
         models = [m for m in MODELS if m not in stopped]
-        for seed in range(1, self.recipe.max_trials + 1):
+        for seed in range(1, self.recipe.num_trials + 1):
             for task in self.tasks:
                 have = [m for m in models if fileio.exists(self.work.metrics_file(m, task, seed))]
                 if have and len(have) < len(models):

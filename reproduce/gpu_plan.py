@@ -18,9 +18,9 @@ folder's plan.json, so that call 2 and any rerun train on the same schedule):
 
 * fine-tuning first: ConvBERT, ELECTRA and random init on every task at the official length
   (SST-2 one epoch). With a second call (`second_call_s`: the fine-tuning seconds call 2
-  affords): seed 1 in call 1, seeds 2 .. `recipe.max_trials` in call 2, every run shortened by
+  affords): seed 1 in call 1, seeds 2 .. `recipe.num_trials` in call 2, every run shortened by
   one stated fraction where a seed does not fit call 2's share or `1 - recipe.min_pretrain_share`
-  of call 1's. Without: as many seeds (at most `recipe.max_trials`) as leave pre-training
+  of call 1's. Without: as many seeds (at most `recipe.num_trials`) as leave pre-training
   `recipe.min_pretrain_share` of the time left, or one seed shortened to fit;
 * pre-training gets the rest of call 1: the held-out points (one evaluation of both models,
   timed) are paid first, the steps (the same number for both models) get the remainder at
@@ -121,23 +121,23 @@ def plan_budget(left_s, finetune_seed_s, pretrain_step_s, recipe, heldout_s=0.0,
     the timed rates: {"pretrain_s", "finetune_s", "end_s" (seconds from now, reports
     included)})}."""
     if recipe.fixed_steps:
-        return {"steps": recipe.fixed_steps, "seeds": recipe.max_trials,
+        return {"steps": recipe.fixed_steps, "seeds": recipe.num_trials,
                 "finetune_step_fraction": 1.0, "pretrain_seconds": None,
                 "finetune_seconds": None, "estimate": None,
                 "calls": {"1": {"pretraining_steps": recipe.fixed_steps,
-                                "seeds": list(range(1, recipe.max_trials + 1))}}}
+                                "seeds": list(range(1, recipe.num_trials + 1))}}}
     left = left_s - REPORT_RESERVE_S
     finetune_share = left * (1 - recipe.min_pretrain_share)
-    two_calls = second_call_s > 0 and recipe.max_trials > 1
+    two_calls = second_call_s > 0 and recipe.num_trials > 1
     if two_calls:
         # seed 1 here, the others in call 2: the shortest of the fractions each call affords
-        seeds = recipe.max_trials
+        seeds = recipe.num_trials
         fraction = max(MIN_FINETUNE_FRACTION, min(
             1.0, finetune_share / finetune_seed_s,
-            second_call_s / ((recipe.max_trials - 1) * finetune_seed_s)))
+            second_call_s / ((recipe.num_trials - 1) * finetune_seed_s)))
         finetune_s = fraction * finetune_seed_s
     else:
-        seeds = min(recipe.max_trials, int(finetune_share // finetune_seed_s))
+        seeds = min(recipe.num_trials, int(finetune_share // finetune_seed_s))
         if seeds >= 1:
             fraction = 1.0
             finetune_s = seeds * finetune_seed_s

@@ -63,8 +63,8 @@ def main(argv=None):
     bundle = read_bundle(args.bundle_dir)
     features = load_features(args.bundle_dir, bundle, recipe, tasks)
     set_precision(args.precision)
-    config = ConvBertConfig.from_size("small", vocab_size=bundle["vocab_size"],
-                                      **finetune.get("model_hparam_overrides", {}))
+    config = ConvBertConfig.from_size(recipe.model_size, vocab_size=bundle["vocab_size"],
+                                      **recipe.model_overrides)
     weights = random_encoder_weights(config, args.seed)
     finetuners = Finetuners(log=log)
     out = {"precision": args.precision, "fraction": args.fraction, "seed": args.seed,

@@ -35,19 +35,18 @@ import hashlib
 import json
 from typing import Optional
 
-from reproduce.recipes import ELECTRA_ARCHITECTURE
+from reproduce.recipes import Recipe
 
-PRETRAINED = ("convbert", "electra")
 # ELECTRA-small's official pre-training: 1M steps of 128 sequences of 128 tokens.
 OFFICIAL_SMALL_STEPS = 1_000_000
 OFFICIAL_SMALL_TOKENS = OFFICIAL_SMALL_STEPS * 128 * 128
 
 
 @dataclasses.dataclass(frozen=True)
-class GpuRecipe:
-    name: str
-    pretrain: dict              # PretrainingHParams overrides (both models)
-    finetune: dict              # FinetuneHParams overrides (every model, task)
+class GpuRecipe(Recipe):
+    """A reproduction recipe (reproduce/recipes.py `Recipe`: the models, the encoder, the
+    pre-training and fine-tuning settings, the seeds) and how the GPU call fits it in its
+    window: the schedule made for the planned length, the plan's bounds, the timed blocks."""
     # The pre-training schedule: linear warm-up over warmup_steps (0: warmup_fraction of the
     # run) times a linear decay to 0 at step schedule_steps (0: the run's planned last step),
     # times a linear cool-down to 0 at the planned last step over its last cooldown_fraction.
@@ -56,8 +55,6 @@ class GpuRecipe:
     schedule_steps: int = 1_000_000
     cooldown_fraction: float = 0.2
     sst_epochs: float = 1.0
-    max_trials: int = 3            # fine-tuning seeds per model x task
-    heldout_examples: int = 256
     evaluations: int = 8           # held-out points over the run
     throughput_rounds: int = 3
     throughput_steps: int = 10
@@ -119,11 +116,10 @@ class GpuRecipe:
 
     def model_summary(self):
         """The encoder the recipe trains, in words ("small" or its overrides)."""
-        arch = self.pretrain.get("model_hparam_overrides")
-        size = self.pretrain["model_size"]
+        arch = self.model_overrides
         if not arch:
-            return size
-        return f"{size} with {arch.get('num_hidden_layers', '?')} layer(s) of width " \
+            return self.model_size
+        return f"{self.model_size} with {arch.get('num_hidden_layers', '?')} layer(s) of width " \
                f"{arch.get('hidden_size', '?')}"
 
 
@@ -143,24 +139,23 @@ def schedule_text(schedule, steps):
 
 
 GPU_BUDGET = GpuRecipe(
-    name="gpu_budget",
-    pretrain=dict(model_size="small", train_batch_size=128, max_seq_length=128,
-                  learning_rate=5e-4, generator_hidden_size=0.25, temperature=1.0,
-                  disc_weight=50.0, precision="bf16", log_every_n_steps=100),
-    finetune=dict(model_size="small", learning_rate=3e-4, layerwise_lr_decay=0.8,
-                  train_batch_size=32, eval_batch_size=128, max_seq_length=128, precision="bf16",
-                  log_every_steps=250, steps_per_loop=25))
+    scale="gpu_budget", model_size="small", model_overrides={},
+    pretrain=dict(train_batch_size=128, max_seq_length=128, learning_rate=5e-4,
+                  generator_hidden_size=0.25, temperature=1.0, disc_weight=50.0,
+                  precision="bf16", log_every_n_steps=100),
+    finetune=dict(learning_rate=3e-4, layerwise_lr_decay=0.8, train_batch_size=32,
+                  eval_batch_size=128, max_seq_length=128, precision="bf16",
+                  log_every_steps=250, steps_per_loop=25),
+    num_trials=3)
 
 _SMOKE_MODEL = dict(hidden_size=32, embedding_size=32, num_hidden_layers=1, num_attention_heads=2,
                     intermediate_size=64, num_groups=1)
 SMOKE = dataclasses.replace(
-    GPU_BUDGET, name="smoke",
-    pretrain=dict(GPU_BUDGET.pretrain, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
-                  precision="fp32", log_every_n_steps=2),
-    finetune=dict(GPU_BUDGET.finetune, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
-                  eval_batch_size=16, precision="fp32", max_train_steps=3, log_every_steps=3,
-                  steps_per_loop=3),
-    max_trials=2, heldout_examples=16, evaluations=2, throughput_rounds=2, throughput_steps=2,
+    GPU_BUDGET, scale="smoke", model_overrides=_SMOKE_MODEL,
+    pretrain=dict(GPU_BUDGET.pretrain, train_batch_size=8, precision="fp32", log_every_n_steps=2),
+    finetune=dict(GPU_BUDGET.finetune, train_batch_size=8, eval_batch_size=16, precision="fp32",
+                  max_train_steps=3, log_every_steps=3, steps_per_loop=3),
+    num_trials=2, heldout_examples=16, evaluations=2, throughput_rounds=2, throughput_steps=2,
     steps_per_loop=2, fixed_steps=4, max_eval_examples=32,
     collapse_margin=None)     # 4 steps on 16 held-out sequences: an AUC near 0.5 says nothing
 # The GPU call's structure at a size the CPU affords: the plan from timed steps, 25-step blocks,
@@ -171,11 +166,10 @@ SMOKE = dataclasses.replace(
 # the tiny model learns something in its 50 steps and the collapse stop has a real curve to
 # judge, not the prior.
 REHEARSAL = dataclasses.replace(
-    GPU_BUDGET, name="rehearsal",
-    pretrain=dict(GPU_BUDGET.pretrain, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
+    GPU_BUDGET, scale="rehearsal", model_overrides=_SMOKE_MODEL,
+    pretrain=dict(GPU_BUDGET.pretrain, train_batch_size=8, precision="fp32"),
+    finetune=dict(GPU_BUDGET.finetune, train_batch_size=8, eval_batch_size=16, max_train_steps=30,
                   precision="fp32"),
-    finetune=dict(GPU_BUDGET.finetune, model_hparam_overrides=_SMOKE_MODEL, train_batch_size=8,
-                  eval_batch_size=16, max_train_steps=30, precision="fp32"),
     warmup_steps=10, heldout_examples=32, throughput_rounds=1, max_eval_examples=32,
     min_pretrain_steps=50, max_pretrain_steps=50)
 
@@ -183,10 +177,7 @@ REHEARSAL = dataclasses.replace(
 def pretrain_hparams(recipe, bundle, model, steps, seed=0):
     """The pre-training hparams of `model` ("convbert" or "electra") for a run of `steps`."""
     from pretrain.hparams import make_hparams
-    overrides = dict(recipe.pretrain)
-    arch = dict(overrides.pop("model_hparam_overrides", {}))
-    if model == "electra":
-        arch.update(ELECTRA_ARCHITECTURE)
+    overrides = recipe.pretrain_hparams(model)      # the encoder: ConvBERT's or ELECTRA's
     steps = max(1, steps)
     # Log and save intervals are whole blocks of steps_per_loop steps, whatever the run's length:
     # the program is compiled for blocks of that many (training/loop.py largest_call) before the
@@ -194,7 +185,7 @@ def pretrain_hparams(recipe, bundle, model, steps, seed=0):
     block = max(1, recipe.steps_per_loop)
     log_every = min(overrides.get("log_every_n_steps", 100), steps // 20)  # ~20 log lines
     return make_hparams(overrides={
-        **overrides, "model_hparam_overrides": arch, "model_name": model,
+        **overrides, "model_size": recipe.model_size, "model_name": model,
         "num_train_steps": steps, "num_warmup_steps": recipe.warmup(steps),
         "lr_schedule_steps": recipe.schedule_steps, "lr_cooldown_steps": recipe.cooldown(steps),
         "vocab_size": bundle["vocab_size"], "seed": seed,
@@ -211,10 +202,9 @@ def finetune_hparams(recipe, task, seed=0, fraction=1.0, num_train_examples=None
     official count."""
     from finetune.hparams import FinetuneHParams
     from finetune.finetuner import num_train_steps
-    values = dict(recipe.finetune)
-    arch = values.pop("model_hparam_overrides", {})
-    hp = FinetuneHParams(**values, model_hparam_overrides=dict(arch),
-                         num_trials=recipe.max_trials, seed=seed + 1)
+    hp = FinetuneHParams(**recipe.finetune, model_size=recipe.model_size,
+                         model_hparam_overrides=dict(recipe.model_overrides),
+                         num_trials=recipe.num_trials, seed=seed + 1)
     if task == "sst":
         hp.num_train_epochs = recipe.sst_epochs
     hp = hp.for_task(task)

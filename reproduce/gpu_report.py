@@ -29,7 +29,7 @@ def collect(run):
             for model in MODELS}
     trials = max([e["summary"][e["metric"]]["n"] for m in glue.values() for e in m.values()]
                  or [0])
-    data = {**run.results, "scale": run.recipe.name, "tasks": run.tasks, "models": list(MODELS),
+    data = {**run.results, "scale": run.recipe.scale, "tasks": run.tasks, "models": list(MODELS),
             "num_trials": trials, "glue": glue,
             "pretraining": run.results.get("pretraining", {}),
             "pretraining_helps": report.pretraining_helps(glue), "glue_by_step": {},
@@ -54,8 +54,8 @@ def shortfalls(data, recipe):
     (a recipe other than the GPU run's), or a run below the recipe's stated minimum of
     pre-training steps, seeds or dev examples scored per task."""
     out = []
-    if recipe.name != "gpu_budget":
-        out.append(f"recipe `{recipe.name}` is a check of the path on a tiny model")
+    if recipe.scale != "gpu_budget":
+        out.append(f"recipe `{recipe.scale}` is a check of the path on a tiny model")
     need = dict(recipe.answers_from)
     steps = (data.get("budget_used") or {}).get("steps", 0)
     if steps < need.get("pretraining steps", 0):

@@ -19,8 +19,8 @@ import numpy as np
 
 from base import fileio
 from pretrain.task import PretrainingTask
-from reproduce.gpu_recipe import PRETRAINED, finetune_hparams, head_tasks, pretrain_hparams
-from reproduce.recipes import MODELS
+from reproduce.gpu_recipe import finetune_hparams, head_tasks, pretrain_hparams
+from reproduce.recipes import MODELS, PRETRAINED
 
 
 class GpuRunError(RuntimeError):
@@ -428,7 +428,7 @@ class Finetuning:
         """[(seed, task, [models])]: the cells in the order they run, the models stopped by the
         collapse check left out."""
         models = [m for m in MODELS if self.work.collapsed(self.pretrained_of(m)) is None]
-        seeds = self.seeds or range(1, self.models.recipe.max_trials + 1)
+        seeds = self.seeds or range(1, self.models.recipe.num_trials + 1)
         return [(trial, task, models) for trial in seeds for task in self.models.tasks]
 
     def run(self, left, after_task):

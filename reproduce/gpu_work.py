@@ -25,8 +25,7 @@ import json
 import os
 
 from base import fileio
-from reproduce.gpu_recipe import PRETRAINED
-from reproduce.recipes import MODELS
+from reproduce.recipes import MODELS, PRETRAINED
 
 
 STAMP = "work.json"
@@ -57,7 +56,7 @@ class WorkFolder:
     def identity(self, bundle, seed):
         """What this folder is made for (work.json)."""
         r = self.recipe
-        return {"recipe": r.name, "recipe_fingerprint": r.fingerprint(),
+        return {"recipe": r.scale, "recipe_fingerprint": r.fingerprint(),
                 "model": r.model_summary(), "seed": seed, "bundle": bundle_identity(bundle)}
 
     def claim(self, bundle, seed, fresh=False):
@@ -166,7 +165,7 @@ class WorkFolder:
                        if m not in stopped and (self.pretrained_steps(m) or 0) < steps)
         finetune = any(not fileio.exists(self.metrics_file(model, task, trial))
                        for model in MODELS if model not in stopped for task in tasks
-                       for trial in range(1, self.recipe.max_trials + 1))
+                       for trial in range(1, self.recipe.num_trials + 1))
         return models, finetune
 
     def read_json(self, path):

@@ -616,6 +616,7 @@ def test_profile_rtd_step_uses_the_runs_settings():
     backend = os.environ.get("KERAS_BACKEND")
     from benchmarks.gpu_profile import RTD_PRETRAIN
     from reproduce.gpu_budget import GPU_BUDGET
-    assert RTD_PRETRAIN == {k: GPU_BUDGET.pretrain[k] for k in RTD_PRETRAIN}
+    recipe = {**GPU_BUDGET.pretrain, "model_size": GPU_BUDGET.model_size}
+    assert RTD_PRETRAIN == {k: recipe[k] for k in RTD_PRETRAIN}
     # importing them leaves this process's backend (and its subprocesses') alone
     assert os.environ.get("KERAS_BACKEND") == backend
