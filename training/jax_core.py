@@ -358,6 +358,8 @@ class JaxTrainingCore:
             state, sums = program(state, block, np.int32(num), schedule_arguments)
             return num, jax.device_get(sums)   # the call's one host read
 
+        claimed = [last_saved]    # the newest checkpoint this process may name
+
         def save(step, stopping=False):
             path = None
             due = (not checkpoint_every or step % checkpoint_every == 0
@@ -367,8 +369,13 @@ class JaxTrainingCore:
                 if is_writer():   # written once (the state is replicated), read by all
                     path = save_safetensors_checkpoint(checkpoint_dir, self._flat(state), step,
                                                        consumed, s.keep_checkpoints)
-                else:
+                elif stopping:
+                    # A stop signalled to this process alone is no save point of process 0,
+                    # which writes: name the last checkpoint it wrote, never one of this step.
+                    return claimed[0]
+                else:             # every process passes a save point: process 0 writes it
                     path = os.path.join(checkpoint_dir, f"{CHECKPOINT_NAME}-{step}.safetensors")
+                claimed[0] = path
             if after_save is not None and not stopping:    # a stop is no save point
                 self._assign(copy_state(state))
                 after_save(step)
