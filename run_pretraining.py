@@ -263,7 +263,7 @@ def _main_jax():
     from training.loop import TrainingError
     try:   # several-process flags that cannot work: before any data is read or written
         check_process_flags(FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
-                            FLAGS.process_id, FLAGS.distributed_timeout)
+                            FLAGS.process_id, FLAGS.distributed_timeout, FLAGS.peer_timeout)
     except TrainingError as e:
         exit_with_error(e)
     from training.compile_cache import enable_compile_cache
@@ -284,7 +284,8 @@ def _main_jax():
         input_shares(hp, files, FLAGS.num_processes or 1)
         # several processes: joined on JAX's runtime before any JAX computation
         start_processes(FLAGS.distribution, FLAGS.coordinator_address, FLAGS.num_processes,
-                        FLAGS.process_id, FLAGS.distributed_timeout, log=log)
+                        FLAGS.process_id, FLAGS.distributed_timeout, log=log,
+                        peer_timeout=FLAGS.peer_timeout)
         summary = pretrain_jax(hp, model_dir, files, hp.vocab_size, special_ids, log=log,
                                num_devices=num_devices, **vocabulary)
     except (HParamsError, DataError, ConfigError, TrainingError, UsageError, FileIOError,

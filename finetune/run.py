@@ -66,7 +66,7 @@ def check_flags(FLAGS):
             from training.jax_distribution import check_process_flags
             check_process_flags(FLAGS.distribution, FLAGS.coordinator_address,
                                 FLAGS.num_processes, FLAGS.process_id,
-                                FLAGS.distributed_timeout)
+                                FLAGS.distributed_timeout, FLAGS.peer_timeout)
         elif jax_only_flags_error(FLAGS):
             raise UsageError(jax_only_flags_error(FLAGS))
 
@@ -84,7 +84,7 @@ def jax_run_options(FLAGS):
                                   FLAGS.gcp_project, FLAGS.num_cpu_devices)
     join = functools.partial(start_processes, FLAGS.distribution, FLAGS.coordinator_address,
                              FLAGS.num_processes, FLAGS.process_id, FLAGS.distributed_timeout,
-                             log=say)
+                             log=say, peer_timeout=FLAGS.peer_timeout)
     enable_compile_cache(FLAGS.jax_cache_dir, log=say)
     return {"num_devices": num_devices, "join_processes": join}
 

@@ -34,10 +34,14 @@ DISTRIBUTION_FLAGS = {
                         "num_processes - 1 (0 serves the coordinator and writes the outputs)."),
     "distributed_timeout": (int, "KERAS_BACKEND=jax, several processes: seconds to wait for the "
                                  "coordinator and every process to join (default 300)."),
+    "peer_timeout": (int, "KERAS_BACKEND=jax, several processes: seconds without a heartbeat "
+                          "after which a process counts as lost (killed, its host gone) and the "
+                          "others are stopped (default 60)."),
 }
 
 # The flags above that only Keras-on-JAX reads.
-JAX_ONLY_FLAGS = ("coordinator_address", "num_processes", "process_id", "distributed_timeout")
+JAX_ONLY_FLAGS = ("coordinator_address", "num_processes", "process_id", "distributed_timeout",
+                  "peer_timeout")
 
 
 def jax_only_flags_error(flag_values):

@@ -63,8 +63,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from training.jax_distribution import (is_writer, num_replicas, process_batches,
-                                       process_local_variables, replicated)
+from training.jax_distribution import (agreed_stop, is_writer, num_replicas,
+                                       process_batches, process_local_variables, replicated)
 from training.jax_programs import PrecompilableStep
 from training.loop import TrainingError, call_sizes, largest_call, run_loop
 from training.settings import set_precision, zero_optimizer_state
@@ -358,8 +358,6 @@ class JaxTrainingCore:
             state, sums = program(state, block, np.int32(num), schedule_arguments)
             return num, jax.device_get(sums)   # the call's one host read
 
-        claimed = [last_saved]    # the newest checkpoint this process may name
-
         def save(step, stopping=False):
             path = None
             due = (not checkpoint_every or step % checkpoint_every == 0
@@ -369,13 +367,8 @@ class JaxTrainingCore:
                 if is_writer():   # written once (the state is replicated), read by all
                     path = save_safetensors_checkpoint(checkpoint_dir, self._flat(state), step,
                                                        consumed, s.keep_checkpoints)
-                elif stopping:
-                    # A stop signalled to this process alone is no save point of process 0,
-                    # which writes: name the last checkpoint it wrote, never one of this step.
-                    return claimed[0]
-                else:             # every process passes a save point: process 0 writes it
+                else:   # process 0 saves at this step too (a stop is agreed: agreed_stop)
                     path = os.path.join(checkpoint_dir, f"{CHECKPOINT_NAME}-{step}.safetensors")
-                claimed[0] = path
             if after_save is not None and not stopping:    # a stop is no save point
                 self._assign(copy_state(state))
                 after_save(step)
@@ -387,7 +380,8 @@ class JaxTrainingCore:
                             describe=self.task.describe, schedule=self.schedule,
                             save=save if saving else None, last_saved=last_saved,
                             log=self.log, label=label, writer=writer,
-                            scalar_prefix=self.task.scalar_prefix)
+                            scalar_prefix=self.task.scalar_prefix,
+                            agree_stop=agreed_stop if jax.process_count() > 1 else None)
         finally:
             blocks.close()
             if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):

@@ -56,15 +56,19 @@ def jax_num_devices(distribution=None, tpu=None, tpu_zone=None, gcp_project=None
 
 
 DEFAULT_DISTRIBUTED_TIMEOUT = 300   # seconds: every process of a pod slice starting up
+# Seconds without a heartbeat before JAX's coordinator counts a process as lost (JAX's default is
+# 100): the bound on how long the others wait, in a collective, for one that was killed.
+DEFAULT_PEER_TIMEOUT = 60
 
 
 def check_process_flags(distribution=None, coordinator_address=None, num_processes=None,
-                        process_id=None, timeout=None):
+                        process_id=None, timeout=None, peer_timeout=None):
     """The several-process flags (training/flags.py) checked before anything starts: no data
     read, no process joined, nothing written. A TrainingError of one line naming the flag for
     what cannot work: a --coordinator_address without a host or a port (1..65535), an IPv6 host
     without brackets, --num_processes < 1, a --process_id outside 0 .. num_processes - 1,
-    --distributed_timeout < 1, or --distribution=one_device with several processes. Returns
+    --distributed_timeout or --peer_timeout < 1, or --distribution=one_device with several
+    processes. Returns
     whether several processes are asked for (`start_processes` joins them). Pure Python: both
     drivers call it first, and `start_processes` again."""
     several = (distribution == "multi_worker" or coordinator_address is not None
@@ -85,6 +89,8 @@ def check_process_flags(distribution=None, coordinator_address=None, num_process
         _check_coordinator_address(coordinator_address)
     if timeout is not None and int(timeout) < 1:
         raise TrainingError(f"--distributed_timeout must be >= 1 second, got {int(timeout)}")
+    if peer_timeout is not None and int(peer_timeout) < 1:
+        raise TrainingError(f"--peer_timeout must be >= 1 second, got {int(peer_timeout)}")
     return True
 
 
@@ -126,7 +132,7 @@ def _waiting_line(coordinator_address, num_processes, process_id, timeout):
 
 
 def start_processes(distribution=None, coordinator_address=None, num_processes=None,
-                    process_id=None, timeout=None, log=print):
+                    process_id=None, timeout=None, log=print, peer_timeout=None):
     """Several processes (hosts) on JAX's own runtime: `jax.distributed.initialize` from the
     flags, or, with --distribution=multi_worker alone, from the environment (JAX's detection:
     TPU pod slices, SLURM, Open MPI). Call it before any JAX computation (after
@@ -139,11 +145,17 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     itself aborts the process with a C++ stack trace at its own deadline, set a little later).
     Flags that cannot work (`check_process_flags`, which the drivers call first) and what JAX
     finds inconsistent (no cluster found): TrainingError. Before it blocks it says once what it
-    waits for, with the address (`log`)."""
+    waits for, with the address (`log`).
+
+    A process that stops sending heartbeats for `peer_timeout` seconds (killed, its host lost)
+    counts as lost to JAX's coordinator, which then ends the others (JAX's own lines) rather than
+    leaving them waiting in a collective; a SIGTERM stops all of them at one step instead
+    (`agreed_stop`)."""
     if not check_process_flags(distribution, coordinator_address, num_processes, process_id,
-                               timeout):
+                               timeout, peer_timeout):
         return 0, 1
     timeout = DEFAULT_DISTRIBUTED_TIMEOUT if timeout is None else int(timeout)
+    peer_timeout = DEFAULT_PEER_TIMEOUT if peer_timeout is None else int(peer_timeout)
     import logging
     import threading
     import jax
@@ -168,7 +180,8 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     try:
         jax.distributed.initialize(coordinator_address, num_processes, process_id,
                                    initialization_timeout=timeout + 30,
-                                   coordinator_bind_address=bind)
+                                   coordinator_bind_address=bind,
+                                   heartbeat_timeout_seconds=peer_timeout)
     except (ValueError, TypeError, RuntimeError) as e:
         raise TrainingError(f"several processes: {str(e).splitlines()[0]} (pass "
                             "--coordinator_address, --num_processes and --process_id, or run "
@@ -211,6 +224,19 @@ def is_writer():
     TensorBoard): process 0 of several, the one process otherwise. The others read them."""
     import jax
     return jax.process_index() == 0
+
+
+def agreed_stop(received):
+    """The stop every process takes after a call, given the signal this one received (None:
+    none): the first process's signal among those signalled, or None. A collective that every
+    process makes after every call (training/loop.py `agree_stop`), so a SIGTERM to one process
+    stops all of them at the same step, where process 0 writes the checkpoint, instead of
+    leaving the others waiting in their next call for one that has gone."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+    signals = np.ravel(multihost_utils.process_allgather(np.int32(received or 0)))
+    signalled = [int(x) for x in signals if x]
+    return signalled[0] if signalled else None
 
 
 def process_batches(task, skip_batches):

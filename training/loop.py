@@ -181,7 +181,7 @@ class LoopResult:
 
 def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, save=None,
              last_saved=None, log=print, label="", writer=None, scalar_prefix="",
-             loss_scaled=False):
+             loss_scaled=False, agree_stop=None):
     """Train from `start_step` to `settings.total_steps` with `run_steps`; a LoopResult.
 
     summarize(window_sums, num_steps) -> the objective's fields of a record; describe(record) ->
@@ -189,7 +189,10 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
     written (None: no checkpoints); last_saved: the checkpoint restored at `start_step`; writer:
     a ScalarWriter (None: no TensorBoard). Raises TrainingError on a non-finite loss and
     Interrupted (a TrainingError, after saving: `save(step, stopping=True)`, which writes a
-    checkpoint whatever its own schedule) on SIGTERM / SIGINT."""
+    checkpoint whatever its own schedule) on SIGTERM / SIGINT. agree_stop(signum or None) ->
+    signum or None: for several processes, called by each after every call with the signal it
+    received (a collective: each learns every process's), so that all stop at the same step,
+    where process 0 writes the checkpoint, when any one of them is signalled."""
     s = settings
     prefix = f"{label}: " if label else ""
     notice = warmup_message(s, start_step, schedule, label)
@@ -269,19 +272,25 @@ def run_loop(settings, start_step, run_steps, *, summarize, describe, schedule, 
             if save is not None and ((s.save_every and step % s.save_every == 0)
                                      or step == s.total_steps):
                 do_save()
-            if stop.received is not None:
-                name = signal.Signals(stop.received).name
+            received = stop.received
+            if agree_stop is not None:
+                received = agree_stop(received)
+            if received is not None:
+                name = signal.Signals(received).name
                 where = f"{prefix}stopped by {name} at step {step}/{s.total_steps}"
+                if stop.received is None:      # another process was signalled
+                    where = (f"{prefix}stopped at step {step}/{s.total_steps} with the other "
+                             f"processes (one was stopped by {name})")
                 if save is None:
                     raise Interrupted(f"{where}; this run writes no checkpoints: rerun the same "
-                                      "command to start it again", stop.received)
+                                      "command to start it again", received)
                 if saved_step != step or last_saved is None:
                     do_save(stopping=True)
                 if last_saved is None:
                     raise Interrupted(f"{where}; no checkpoint written: rerun the same command "
-                                      "to start it again", stop.received)
+                                      "to start it again", received)
                 raise Interrupted(f"{where}; saved {last_saved}; rerun the same command to "
-                                  "resume", stop.received)
+                                  "resume", received)
     if save is not None and saved_step != step:
         do_save()   # nothing was left to train: the state still goes out
     timed_steps, timed_seconds = 0, 0.0

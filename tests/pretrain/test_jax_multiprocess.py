@@ -3,12 +3,15 @@
 joined on loopback (JAX's coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4
 CPU devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file
 (input_shares 2: the one-process run reads the same two shares), process 0 alone writes the
-model_dir, and a rerun of both processes resumes exactly from the checkpoint process 0 wrote.
+model_dir. A SIGTERM to process 1 alone stops both at one step (agreed after every call), where
+process 0 writes the checkpoint both name, and a rerun of both resumes exactly from it.
 Loopback only; TensorFlow cannot be imported in any of the processes."""
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -73,12 +76,31 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     assert summary["distribution"] == "JAX cpu x4 over 2 processes"
     assert (two_dir / "discriminator").is_dir() and (two_dir / "hparams.json").is_file()
 
-    # Resume: both processes read ckpt-5, which process 0 wrote, and end as the whole run did.
-    (two_dir / "jax_checkpoints" / f"ckpt-{STEPS}.safetensors").unlink()
-    (two_dir / "pretraining_summary.json").unlink()
-    for out in finish(pair(tiny_data, two_dir)):
-        assert "ckpt-5.safetensors at step 5" in out
-    np.testing.assert_allclose(losses(two_dir), reference[5:], rtol=1e-5)
+    # SIGTERM to process 1 alone after step 6: the processes agree on the stop after every
+    # call, so both stop at once at one step, where process 0 writes the checkpoint both name;
+    # the rerun of both resumes from it and ends as the whole run did.
+    stopped_dir = tmp_path / "stopped"
+    procs = pair(tiny_data, stopped_dir)
+    for line in procs[1].stdout:
+        if line.startswith("step 6/10"):
+            procs[1].send_signal(signal.SIGTERM)
+            signalled = time.time()
+            break
+    ends = [proc.communicate(timeout=120) for proc in procs]
+    waited = time.time() - signalled
+    assert [proc.returncode for proc in procs] == [128 + signal.SIGTERM] * 2, ends
+    lines = [err.strip().splitlines()[-1] for _, err in ends]
+    stop = int(lines[1].split("at step ")[1].split("/")[0])
+    checkpoint = stopped_dir / "jax_checkpoints" / f"ckpt-{stop}.safetensors"
+    assert lines[1] == (f"error: stopped by SIGTERM at step {stop}/{STEPS}; saved {checkpoint}; "
+                        "rerun the same command to resume")
+    assert lines[0] == (f"error: stopped at step {stop}/{STEPS} with the other processes (one "
+                        f"was stopped by SIGTERM); saved {checkpoint}; rerun the same command "
+                        "to resume")
+    assert 6 <= stop < STEPS and checkpoint.is_file() and waited < 60, (stop, waited)
+    for out in finish(pair(tiny_data, stopped_dir)):
+        assert f"ckpt-{stop}.safetensors at step {stop}" in out
+    np.testing.assert_allclose(losses(stopped_dir), reference[stop:], rtol=1e-5)
 
 
 def test_input_shares(tiny_data, monkeypatch):  # noqa: F811
