@@ -23,15 +23,7 @@ xla_flags_jax="${XLA_FLAGS:-}"
 # demo's test runs with it, as users do.
 export CONVBERT_TEST_GRAPPLER=0
 xla_flags_tensorflow="--xla_backend_optimization_level=0${XLA_FLAGS:+ $XLA_FLAGS}"
-# One thread per operation in the tests' processes (TensorFlow's intra- and inter-op pools,
-# OpenMP for PyTorch and oneDNN, XLA's CPU Eigen): one pytest worker per core keeps every core
-# busy, and a second thread per process only contends with the other workers (measured, 8 heavy
-# modules on 2 workers, 2 cores, both orders: 235 s / 239 s -> 211 s / 222 s).
-# (The cores are counted first: `nproc` reports OMP_NUM_THREADS.)
 cores=$(nproc)
-export TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1 OMP_NUM_THREADS=1
-xla_flags_jax="--xla_cpu_multi_thread_eigen=false${xla_flags_jax:+ $xla_flags_jax}"
-xla_flags_tensorflow="$xla_flags_tensorflow --xla_cpu_multi_thread_eigen=false"
 # One pytest-xdist worker per core, at most 4 (each holds TF, torch and JAX); whole files per
 # worker, so a module's fixtures are built once. CONVBERT_TEST_WORKERS overrides; 0: one process.
 workers=${CONVBERT_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}

@@ -63,7 +63,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from training.jax_distribution import (agreed_stop, is_writer, num_replicas,
+from training.jax_distribution import (agreed_stop, is_writer, num_replicas, peer_lost,
                                        process_batches, process_local_variables, replicated)
 from training.jax_programs import PrecompilableStep
 from training.loop import TrainingError, call_sizes, largest_call, run_loop
@@ -352,11 +352,19 @@ class JaxTrainingCore:
                                  call_sizes(s, start_step), largest_call(s),
                                  sharding=block_sharding())
 
+        several = jax.process_count() > 1
+
         def run_steps(step):
             nonlocal state
             num, block = blocks.next()
-            state, sums = program(state, block, np.int32(num), schedule_arguments)
-            return num, jax.device_get(sums)   # the call's one host read
+            try:
+                state, sums = program(state, block, np.int32(num), schedule_arguments)
+                return num, jax.device_get(sums)   # the call's one host read
+            except Exception as e:  # noqa: BLE001 -- a lost process is one line
+                lost = peer_lost(e) if several else None
+                if lost is None:
+                    raise
+                raise lost from None
 
         def save(step, stopping=False):
             path = None
@@ -381,7 +389,7 @@ class JaxTrainingCore:
                             save=save if saving else None, last_saved=last_saved,
                             log=self.log, label=label, writer=writer,
                             scalar_prefix=self.task.scalar_prefix,
-                            agree_stop=agreed_stop if jax.process_count() > 1 else None)
+                            agree_stop=agreed_stop if several else None)
         finally:
             blocks.close()
             if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):

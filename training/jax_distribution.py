@@ -16,7 +16,9 @@
 training/jax_core.py (the training core) and the fine-tuning and pre-training drivers use them.
 Pure Python until called: JAX is imported inside the functions.
 """
+import atexit
 import os
+import re
 
 import numpy as np
 
@@ -226,15 +228,50 @@ def is_writer():
     return jax.process_index() == 0
 
 
+# What a collective's error says when another process is gone: gloo's connection to it closed
+# (CPU), or the coordinator stopped hearing from it (its heartbeat timeout).
+_PEER_LOST = re.compile(r"closed by peer|reset by peer|Gloo \w+ failed|heartbeat timeout",
+                        re.IGNORECASE)
+_lost = []          # non-empty once a peer was found lost: the exit skips JAX's shutdown
+
+
+def peer_lost(error):
+    """A TrainingError of one line for `error`, raised by a call every process makes, when it
+    says another process is gone; else None. Once said, this process's exit skips JAX's shutdown
+    barrier, which would wait for the lost process and then abort with a C++ stack trace."""
+    text = str(error).strip()
+    if not _PEER_LOST.search(text):
+        return None
+    if not _lost:
+        _lost.append(True)
+        atexit.register(_exit_without_shutdown)     # runs before JAX's own exit handler
+    first = " ".join(text.splitlines()[0].split())[:160]
+    return TrainingError(f"another process was lost (killed, or its host gone): a call with the "
+                         f"other processes failed ({first}); this one stops too. Rerun every "
+                         "process: they resume from the last checkpoint process 0 wrote")
+
+
+def _exit_without_shutdown():
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def agreed_stop(received):
     """The stop every process takes after a call, given the signal this one received (None:
     none): the first process's signal among those signalled, or None. A collective that every
     process makes after every call (training/loop.py `agree_stop`), so a SIGTERM to one process
     stops all of them at the same step, where process 0 writes the checkpoint, instead of
     leaving the others waiting in their next call for one that has gone."""
-    import numpy as np
     from jax.experimental import multihost_utils
-    signals = np.ravel(multihost_utils.process_allgather(np.int32(received or 0)))
+    try:
+        signals = np.ravel(multihost_utils.process_allgather(np.int32(received or 0)))
+    except Exception as e:  # noqa: BLE001 -- a lost process is one line, the rest propagate
+        lost = peer_lost(e)
+        if lost is None:
+            raise
+        raise lost from None
     signalled = [int(x) for x in signals if x]
     return signalled[0] if signalled else None
 

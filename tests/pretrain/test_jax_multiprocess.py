@@ -3,8 +3,9 @@
 joined on loopback (JAX's coordinator on 127.0.0.1, gloo CPU collectives) trains as 1 process x 4
 CPU devices does, the losses of 10 steps within 1e-5; each process reads its own TFRecord file
 (input_shares 2: the one-process run reads the same two shares), process 0 alone writes the
-model_dir. A SIGTERM to process 1 alone stops both at one step (agreed after every call), where
-process 0 writes the checkpoint both name, and a rerun of both resumes exactly from it.
+model_dir. A SIGKILL of process 1 ends process 0 at once with one line (its next call with process 1
+fails), its checkpoint whole; a SIGTERM to process 1 alone stops both at one step (agreed after
+every call), where process 0 writes the checkpoint both name; a rerun of both resumes exactly.
 Loopback only; TensorFlow cannot be imported in any of the processes."""
 import json
 import signal
@@ -59,6 +60,18 @@ def finish(procs):
     return outs
 
 
+def signal_after(proc, line_start, signum):
+    """Sends `signum` to `proc` once its stdout shows a line starting with `line_start`: the
+    time it was sent and the lines read until then."""
+    read = []
+    for line in proc.stdout:
+        read.append(line)
+        if line.startswith(line_start):
+            proc.send_signal(signum)
+            return time.time(), "".join(read)
+    raise AssertionError(f"no line {line_start!r}: {''.join(read)[-2000:]}")
+
+
 def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     one_dir, two_dir = tmp_path / "one", tmp_path / "two"
     # All three at once: the compiles overlap the other processes' start-up.
@@ -76,19 +89,31 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     assert summary["distribution"] == "JAX cpu x4 over 2 processes"
     assert (two_dir / "discriminator").is_dir() and (two_dir / "hparams.json").is_file()
 
-    # SIGTERM to process 1 alone after step 6: the processes agree on the stop after every
-    # call, so both stop at once at one step, where process 0 writes the checkpoint both name;
-    # the rerun of both resumes from it and ends as the whole run did.
+    # SIGKILL of process 1 after step 6: process 0's next call with it fails at once (gloo's
+    # connection closed) and it ends with one line, no C++ stack, leaving ckpt-5 whole.
     stopped_dir = tmp_path / "stopped"
     procs = pair(tiny_data, stopped_dir)
-    for line in procs[1].stdout:
-        if line.startswith("step 6/10"):
-            procs[1].send_signal(signal.SIGTERM)
-            signalled = time.time()
-            break
+    signalled, _ = signal_after(procs[1], "step 6/10", signal.SIGKILL)
+    (_, lost), _ = [proc.communicate(timeout=120) for proc in procs]
+    waited = time.time() - signalled
+    assert [proc.returncode for proc in procs] == [1, -signal.SIGKILL], lost[-3000:]
+    assert lost.strip().splitlines()[-1].startswith(
+        "error: another process was lost (killed, or its host gone): a call with the other "
+        "processes failed ("), lost[-3000:]
+    assert lost.count("error:") == 1 and "Traceback" not in lost and "terminate" not in lost
+    assert waited < 60, waited
+    assert sorted(p.name for p in (stopped_dir / "jax_checkpoints").glob("*.safetensors")) == [
+        "ckpt-5.safetensors"]
+    # The rerun of both resumes from it. SIGTERM to process 1 alone after step 7: the processes
+    # agree on the stop after every call, so both stop at once at one step, where process 0
+    # writes the checkpoint both name; the rerun of both resumes from it and ends as the whole
+    # run did.
+    procs = pair(tiny_data, stopped_dir)
+    signalled, before = signal_after(procs[1], "step 7/10", signal.SIGTERM)
     ends = [proc.communicate(timeout=120) for proc in procs]
     waited = time.time() - signalled
     assert [proc.returncode for proc in procs] == [128 + signal.SIGTERM] * 2, ends
+    assert all("ckpt-5.safetensors at step 5" in out for out in (ends[0][0], before))
     lines = [err.strip().splitlines()[-1] for _, err in ends]
     stop = int(lines[1].split("at step ")[1].split("/")[0])
     checkpoint = stopped_dir / "jax_checkpoints" / f"ckpt-{stop}.safetensors"
@@ -97,7 +122,7 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     assert lines[0] == (f"error: stopped at step {stop}/{STEPS} with the other processes (one "
                         f"was stopped by SIGTERM); saved {checkpoint}; rerun the same command "
                         "to resume")
-    assert 6 <= stop < STEPS and checkpoint.is_file() and waited < 60, (stop, waited)
+    assert 7 <= stop < STEPS and checkpoint.is_file() and waited < 60, (stop, waited)
     for out in finish(pair(tiny_data, stopped_dir)):
         assert f"ckpt-{stop}.safetensors at step {stop}" in out
     np.testing.assert_allclose(losses(stopped_dir), reference[stop:], rtol=1e-5)
