@@ -63,8 +63,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from training.jax_distribution import (agreed_stop, is_writer, num_replicas, peer_lost,
-                                       process_batches, process_local_variables, replicated)
+from training.jax_distribution import (agreed_stop, is_writer, lost_peer_as_error,
+                                       num_replicas, process_batches, process_local_variables,
+                                       replicated)
 from training.jax_programs import PrecompilableStep
 from training.loop import TrainingError, call_sizes, largest_call, run_loop
 from training.settings import set_precision, zero_optimizer_state
@@ -357,14 +358,9 @@ class JaxTrainingCore:
         def run_steps(step):
             nonlocal state
             num, block = blocks.next()
-            try:
+            with lost_peer_as_error(several):
                 state, sums = program(state, block, np.int32(num), schedule_arguments)
                 return num, jax.device_get(sums)   # the call's one host read
-            except Exception as e:  # noqa: BLE001 -- a lost process is one line
-                lost = peer_lost(e) if several else None
-                if lost is None:
-                    raise
-                raise lost from None
 
         def save(step, stopping=False):
             path = None

@@ -17,6 +17,7 @@ training/jax_core.py (the training core) and the fine-tuning and pre-training dr
 Pure Python until called: JAX is imported inside the functions.
 """
 import atexit
+import contextlib
 import os
 import re
 
@@ -70,9 +71,8 @@ def check_process_flags(distribution=None, coordinator_address=None, num_process
     what cannot work: a --coordinator_address without a host or a port (1..65535), an IPv6 host
     without brackets, --num_processes < 1, a --process_id outside 0 .. num_processes - 1,
     --distributed_timeout or --peer_timeout < 1, or --distribution=one_device with several
-    processes. Returns
-    whether several processes are asked for (`start_processes` joins them). Pure Python: both
-    drivers call it first, and `start_processes` again."""
+    processes. Returns whether several processes are asked for (`start_processes` joins them).
+    Pure Python: both drivers call it first, and `start_processes` again."""
     several = (distribution == "multi_worker" or coordinator_address is not None
                or num_processes is not None or process_id is not None)
     if not several:
@@ -235,6 +235,19 @@ _PEER_LOST = re.compile(r"closed by peer|reset by peer|Gloo \w+ failed|heartbeat
 _lost = []          # non-empty once a peer was found lost: the exit skips JAX's shutdown
 
 
+@contextlib.contextmanager
+def lost_peer_as_error(active=True):
+    """Around a call every process makes: an error saying another process is gone becomes
+    `peer_lost`'s one-line TrainingError (where `active`); any other error propagates."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 -- a lost process is one line, the rest propagate
+        lost = peer_lost(e) if active else None
+        if lost is None:
+            raise
+        raise lost from None
+
+
 def peer_lost(error):
     """A TrainingError of one line for `error`, raised by a call every process makes, when it
     says another process is gone; else None. Once said, this process's exit skips JAX's shutdown
@@ -265,13 +278,8 @@ def agreed_stop(received):
     stops all of them at the same step, where process 0 writes the checkpoint, instead of
     leaving the others waiting in their next call for one that has gone."""
     from jax.experimental import multihost_utils
-    try:
+    with lost_peer_as_error():
         signals = np.ravel(multihost_utils.process_allgather(np.int32(received or 0)))
-    except Exception as e:  # noqa: BLE001 -- a lost process is one line, the rest propagate
-        lost = peer_lost(e)
-        if lost is None:
-            raise
-        raise lost from None
     signalled = [int(x) for x in signals if x]
     return signalled[0] if signalled else None
 

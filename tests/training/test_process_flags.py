@@ -28,6 +28,7 @@ from training.loop import TrainingError
     ({"process_id": -1}, "--process_id must be >= 0, got -1"),
     ({"num_processes": 2, "process_id": 2}, "--process_id 2 is outside 0..1 (--num_processes=2"),
     ({"coordinator_address": "h:1", "timeout": 0}, "--distributed_timeout must be >= 1 second"),
+    ({"coordinator_address": "h:1", "peer_timeout": 0}, "--peer_timeout must be >= 1 second"),
     ({"distribution": "one_device", "num_processes": 2}, "one_device and several processes"),
 ])
 def test_flags_that_cannot_work_are_one_line_naming_the_flag(flags, message):
