@@ -270,7 +270,9 @@ class PretrainingTask(Task):
                          ("generator", self.pretrainer.export_generator)):
             final = os.path.join(model_dir, part)
             tmp = os.path.join(model_dir, f".{part}.tmp-{os.getpid()}")
-            fileio.remove_tree(tmp)
+            # also what an export killed before its rename left (another pid): never read
+            for stale in fileio.glob(os.path.join(model_dir, f".{part}.tmp-*")):
+                fileio.remove_tree(stale)
             fn(tmp, "keras")
             # Not training.state.atomic_replace_dir: on ram:// tf.io.gfile.rename moves only a
             # directory's own entry, not its files; fileio moves them one by one.

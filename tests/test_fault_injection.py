@@ -27,10 +27,12 @@ FLAGS = (f"--num_train_steps={STEPS}", f"--save_checkpoints_steps={SAVE_EVERY}",
          "--log_every_n_steps=1", "--keep_checkpoint_max=3", "--seed=7", "--deterministic")
 
 # Runs a driver script (argv[1:]) with one fault armed by FAULT=<point>:<arg>:
-#   checkpoint:N   SIGKILL after ckpt-N's data files are written, before the `checkpoint` index
-#                  names it (tf.train.CheckpointManager._record_state);
+#   checkpoint:N   SIGKILL inside ckpt-N's save. TensorFlow: after its data files are written,
+#                  before the `checkpoint` index names it (CheckpointManager._record_state);
+#                  KERAS_BACKEND=jax: after ckpt-N.safetensors is written whole under its temporary
+#                  name, before the rename that publishes it (base/fileio.py write_bytes_atomic);
 #   export:N       SIGKILL before the N-th write of a generator export's weights (the
-#                  discriminator's export of that save is already on disk);
+#                  discriminator's export of that save is already on disk; either backend);
 #   shard_write:N  SIGKILL in the N-th ShardWriter.write call (shards still `.incomplete`);
 #   shard_commit:N SIGKILL before the N-th rename of an `.incomplete` shard (some published).
 _FAULT_RUNNER = r'''
@@ -52,7 +54,14 @@ def counted(original, wanted=lambda *a, **k: True):
         return original(*a, **k)
     return wrapper
 
-if point == "checkpoint":
+if point == "checkpoint" and os.environ.get("KERAS_BACKEND") == "jax":
+    replace = os.replace
+    def _replace(src, dst, *a, **k):
+        if os.path.basename(dst) == f"ckpt-{arg}.safetensors":
+            kill()
+        return replace(src, dst, *a, **k)
+    os.replace = _replace
+elif point == "checkpoint":
     from tensorflow.python.checkpoint import checkpoint_management as cm
     record = cm.CheckpointManager._record_state
     def _record_state(self):
@@ -78,10 +87,11 @@ runpy.run_path(script, run_name="__main__")
 '''
 
 
-def _faulty(cmd, fault):
-    """`cmd` (python script args...) run under the fault runner with FAULT=fault."""
+def _faulty(cmd, fault, env=None):
+    """`cmd` (python script args...) run under the fault runner with FAULT=fault (and `env`)."""
     assert cmd[0] == sys.executable
-    return [sys.executable, "-c", _FAULT_RUNNER, *cmd[1:]], driver_env({"FAULT": fault})
+    return [sys.executable, "-c", _FAULT_RUNNER, *cmd[1:]], driver_env({**(env or {}),
+                                                                        "FAULT": fault})
 
 
 def _run(cmd, env=None, timeout=300):
@@ -311,3 +321,20 @@ def test_interrupted_finetuning_reruns_to_the_same_metrics(finetune_inputs, fine
     proc = _run(cmd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _dev_metrics(model_dir) == _dev_metrics(reference)
+
+
+# ------------------------------------------------------------------------------ the catalogue
+def test_the_interruption_rows_name_tests_that_exist():
+    """docs/RELIABILITY.md's interruption section names its tests (`test_x` for this module's,
+    `tests/….py::test_x` for another's): each exists, and each test of this module is named."""
+    doc = (REPO / "docs" / "RELIABILITY.md").read_text()
+    section = doc.split("## Interruptions and fault injection", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(?:(tests/[\w/]+\.py)::)?(test_\w+)(?:\[[^\]`]*\])?`", section))
+    here = "tests/test_fault_injection.py"
+    assert len(named) >= 8
+    for path, name in sorted(named):
+        source = (REPO / (path or here)).read_text()
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path or here}::{name} is not a test"
+    own = set(re.findall(r"^def (test_\w+)\(", (REPO / here).read_text(), re.M))
+    assert own <= {name for path, name in named if path in ("", here)}, \
+        f"docs/RELIABILITY.md does not name {sorted(own - {n for _, n in named})}"

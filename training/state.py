@@ -100,6 +100,10 @@ def save_safetensors_checkpoint(directory, named_state, step, examples, keep):
     fileio.write_bytes_atomic(path, save(tensors))
     for _, old in _safetensors_checkpoints(directory)[:-keep]:
         fileio.remove(old)
+    # A save killed before its rename (SIGKILL, a lost host) left its bytes under write_bytes_
+    # atomic's temporary name, which no resume reads: removed, not kept for every kill.
+    for stale in fileio.glob(os.path.join(directory, f"{CHECKPOINT_NAME}-*.safetensors.tmp-*")):
+        fileio.remove(stale)
     return path
 
 

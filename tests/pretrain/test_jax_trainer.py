@@ -2,7 +2,9 @@
 KERAS_BACKEND=jax, in subprocesses where importing TensorFlow fails: it trains, exports, resumes
 exactly, and 2 virtual CPU devices (DataParallel) give the one-device losses within 1e-5. The
 first run is where TensorFlow IS importable: the JAX path never imports it all the same, and its
-TensorBoard scalars (written without TensorFlow) read back with TensorBoard's own reader."""
+TensorBoard scalars (written without TensorFlow) read back with TensorBoard's own reader. A
+SIGKILL inside a checkpoint save or inside the export leaves nothing a rerun misreads, and the
+rerun ends byte-identical (tests/test_fault_injection.py's fault runner)."""
 import json
 import os
 import subprocess
@@ -144,6 +146,58 @@ def test_resume_after_kill_is_exact(one_device, tiny_data, tmp_path):  # noqa: F
     b = load_file(str(one_device[0] / "discriminator" / "model.safetensors"))
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_sigkill_inside_a_checkpoint_save_then_inside_the_export(
+        one_device, tiny_data, tmp_path):  # noqa: F811
+    """The JAX rows of tests/test_fault_injection.py's kills, one run after the other: SIGKILL
+    inside the final checkpoint's save (ckpt-4's bytes written under the temporary name, not yet
+    renamed), the rerun killed inside the final export (the discriminator published, the
+    generator's weights not written), a third run completes it. Each kill leaves the newest whole
+    checkpoint and no half-written file a resume or a user reads; the end is byte-identical to
+    the run never killed: the final checkpoint (weights, Adam slots, step, examples) and both
+    exports."""
+    import signal
+    from tests.test_fault_injection import _faulty
+    model_dir, reference = tmp_path / "model", one_device[0]
+    cmd = driver_cmd(tiny_data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
+                     "--num_train_steps=4", "--save_checkpoints_steps=2")
+    backend = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+
+    def run(fault=None):
+        command, env = _faulty(cmd, fault, backend) if fault else (cmd, driver_env(backend))
+        return subprocess.run(command, cwd=str(REPO), env=env, capture_output=True, text=True,
+                              timeout=600)
+
+    def files(directory):
+        return {p.relative_to(directory).as_posix(): p.read_bytes()
+                for p in sorted(directory.rglob("*")) if p.is_file()}
+
+    ckpts = model_dir / "jax_checkpoints"
+    proc = run("checkpoint:4")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert "step 4/4" in proc.stdout
+    # ckpt-2 whole; ckpt-4 only under its temporary name, which no resume globs.
+    assert (ckpts / "ckpt-2.safetensors").read_bytes() == (
+        reference / "jax_checkpoints" / "ckpt-2.safetensors").read_bytes()
+    assert not (ckpts / "ckpt-4.safetensors").exists()
+    assert [p.name for p in ckpts.glob("ckpt-4.safetensors.tmp-*")], sorted(ckpts.iterdir())
+    proc = run("export:1")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert "ckpt-2.safetensors at step 2" in proc.stdout
+    # The killed save's temporary file is gone; no generator export, not even a torn one.
+    assert sorted(p.name for p in ckpts.iterdir()) == ["ckpt-2.safetensors", "ckpt-4.safetensors"]
+    assert (model_dir / "discriminator" / "model.safetensors").exists()
+    assert not (model_dir / "generator").exists()
+    assert list(model_dir.glob(".generator.tmp-*"))        # its unfinished export, hidden
+    proc = run()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "ckpt-4.safetensors at step 4" in proc.stdout
+    assert (ckpts / "ckpt-4.safetensors").read_bytes() == (
+        reference / "jax_checkpoints" / "ckpt-4.safetensors").read_bytes()
+    for part in ("discriminator", "generator"):
+        assert files(model_dir / part) == files(reference / part), part
+    assert not [p for p in model_dir.rglob("*") if ".tmp-" in p.name]   # nothing left over
 
 
 def test_two_devices_match_one(one_device, tiny_data, tmp_path):  # noqa: F811
