@@ -20,15 +20,11 @@ PRETRAIN_RECORD_FILES = ("hparams.json", "pretrain_config.json")
 
 
 def read_checkpoint(path, checkpoints):
-    """(format, config, {official name: array}) of any checkpoint `model.checkpoints` reads, or
-    of a KerasHub preset (keras_hub_convbert/presets.py, imported only for one)."""
+    """(format, config, {official name: array}) of any checkpoint `model.checkpoints` reads, a
+    KerasHub preset included (read with h5py: neither KerasHub nor TensorFlow is imported)."""
     if is_keras_hub_preset(path):
-        try:
-            from keras_hub_convbert.presets import read_preset
-        except ImportError as e:
-            raise UsageError(f"{path}: a KerasHub preset; reading it needs KerasHub ({e}): "
-                             "pip install -e '.[keras_hub]'") from None
-        return read_preset(path)
+        from model import ConvBertModel
+        return checkpoints.read_keras_hub_preset(path, ConvBertModel)
     return checkpoints.resolve_checkpoint(path)
 
 

@@ -18,20 +18,13 @@ import contextlib
 import keras
 from keras_hub.models import Backbone
 
+from model.checkpoints import KERAS_HUB_PACKAGE, keras_hub_arguments
 from model.config import ConvBertConfig
 from model.encoder import ConvBertModel
 
-SERIALIZATION_PACKAGE = "convbert_keras_hub"
-# ConvBertConfig field -> the backbone's argument (the other fields keep their own names).
-_ARG_OF_FIELD = {"vocab_size": "vocabulary_size", "num_hidden_layers": "num_layers",
-                 "num_attention_heads": "num_heads", "hidden_size": "hidden_dim",
-                 "intermediate_size": "intermediate_dim", "embedding_size": "embedding_dim",
-                 "hidden_act": "hidden_activation", "hidden_dropout_prob": "dropout",
-                 "attention_probs_dropout_prob": "attention_dropout",
-                 "max_position_embeddings": "max_sequence_length",
-                 "type_vocab_size": "num_segments", "layer_norm_eps": "layer_norm_epsilon"}
-_CONFIG_ARGS = ("head_ratio", "conv_kernel_size", "num_groups", "conv_type",
-                "use_self_attention", "num_heads_per_kind", "initializer_range")
+# The package the classes are registered under; the argument names: model/checkpoints.py, which
+# reads a preset's config.json and weights without KerasHub.
+SERIALIZATION_PACKAGE = KERAS_HUB_PACKAGE
 
 
 @contextlib.contextmanager
@@ -134,10 +127,7 @@ class ConvBertBackbone(Backbone):
         """The constructor's arguments for `config`."""
         if config.causal:
             raise ValueError("a causal (language-model) config is not a KerasHub encoder backbone")
-        fields = config.to_dict()
-        args = {arg: fields[field] for field, arg in _ARG_OF_FIELD.items()}
-        args.update({name: fields[name] for name in _CONFIG_ARGS})
-        return args
+        return keras_hub_arguments(config)
 
     @classmethod
     def from_convbert_config(cls, config: ConvBertConfig, **kwargs):

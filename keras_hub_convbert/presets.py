@@ -1,7 +1,7 @@
 """KerasHub presets of ConvBERT: written from any checkpoint the toolkit reads, and read back.
 
     write_preset("convbert_small/", "presets/convbert_small")     # official TF1, HF or toolkit
-    fmt, config, tensors = read_preset("presets/convbert_small")  # for --init_checkpoint
+    fmt, config, tensors = read_preset("presets/convbert_small")  # as convert_checkpoint.py
 
 A preset is KerasHub's layout: `config.json` + `model.weights.h5` (the backbone),
 `tokenizer.json` + `assets/tokenizer/vocabulary.txt` (or `vocabulary.spm`), `preprocessor.json`,
@@ -10,8 +10,10 @@ checkpoint with a head, `task.json` + `task.weights.h5`: a masked-LM head (a gen
 Face's ConvBertForMaskedLM) gives a `ConvBertMaskedLM`, one GLUE classification head of a toolkit
 fine-tuning run (`task_specific/<task>/dense`) a `ConvBertTextClassifier`.
 
-Everything is checked before anything is written, and the preset is written into a temporary
-directory beside the output and renamed into place: a failure leaves nothing behind.
+Reading needs neither KerasHub nor TensorFlow: model/checkpoints.py `read_keras_hub_preset`,
+which fine-tuning's --init_checkpoint uses. Everything is checked before anything is written,
+and the preset is written into a temporary directory beside the output and renamed into place:
+a failure leaves nothing behind.
 """
 import json
 import os
@@ -24,18 +26,17 @@ import numpy as np
 from base import fileio
 from data.errors import VocabError
 from data.vocab import load_sentencepiece, load_vocab
-from keras_hub_convbert.backbone import SERIALIZATION_PACKAGE, ConvBertBackbone
+from keras_hub_convbert.backbone import ConvBertBackbone
 from keras_hub_convbert.masked_lm import ConvBertMaskedLM, ConvBertMaskedLMPreprocessor
 from keras_hub_convbert.text_classifier import (DEFAULT_SEQUENCE_LENGTH, ConvBertTextClassifier,
                                                 ConvBertTextClassifierPreprocessor)
 from keras_hub_convbert.tokenizer import ConvBertSentencePieceTokenizer, ConvBertTokenizer
-from model.checkpoints import (CheckpointError, assign_weights, check_finite, is_keras_hub_preset,
-                               resolve_checkpoint)
+from model import ConvBertModel
+from model.checkpoints import (KERAS_HUB_SHARDED_WEIGHTS, KERAS_HUB_WEIGHTS, CheckpointError,
+                               assign_weights, is_keras_hub_preset, read_keras_hub_config,
+                               read_keras_hub_preset, resolve_checkpoint)
 from model.config import ConfigError
 
-BACKBONE_NAME = f"{SERIALIZATION_PACKAGE}>ConvBertBackbone"
-CONFIG_FILE, WEIGHTS_FILE, SHARDED_WEIGHTS_FILE = "config.json", "model.weights.h5", \
-    "model.weights.json"
 TOKENIZER_FILE, METADATA_FILE = "tokenizer.json", "metadata.json"
 TOKENIZER_ASSETS = os.path.join("assets", "tokenizer")
 VOCAB_ASSETS = ("vocabulary.txt", "vocabulary.spm")
@@ -56,20 +57,11 @@ def check_preset(path):
     """CheckpointError (one line) unless `path` is a complete ConvBERT preset: its backbone is a
     ConvBertBackbone, and config, weights and tokenizer (config and vocabulary asset) are there."""
     path = os.fspath(path)
-    config_path = os.path.join(path, CONFIG_FILE)
-    if not fileio.isfile(config_path):
-        raise CheckpointError(f"{path}: KerasHub preset is missing {CONFIG_FILE}")
-    try:
-        config = json.loads(fileio.read_text(config_path))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{config_path}: not a JSON file ({e})") from None
-    name = config.get("registered_name") if isinstance(config, dict) else None
-    if name != BACKBONE_NAME:
-        raise CheckpointError(f"{config_path}: a KerasHub preset of {name or 'no registered class'}"
-                              f", not a ConvBERT ({BACKBONE_NAME})")
+    config = read_keras_hub_config(path)
     missing = []
-    if not any(fileio.isfile(os.path.join(path, f)) for f in (WEIGHTS_FILE, SHARDED_WEIGHTS_FILE)):
-        missing.append(WEIGHTS_FILE)
+    if not any(fileio.isfile(os.path.join(path, f))
+               for f in (KERAS_HUB_WEIGHTS, KERAS_HUB_SHARDED_WEIGHTS)):
+        missing.append(KERAS_HUB_WEIGHTS)
     if not fileio.isfile(os.path.join(path, TOKENIZER_FILE)):
         missing.append(TOKENIZER_FILE)
     elif not any(fileio.isfile(os.path.join(path, TOKENIZER_ASSETS, f)) for f in VOCAB_ASSETS):
@@ -79,26 +71,12 @@ def check_preset(path):
     return config
 
 
-def load_backbone(path, **kwargs):
-    """`ConvBertBackbone.from_preset(path)` after `check_preset`; a file Keras cannot read is a
-    CheckpointError naming it."""
-    check_preset(path)
-    try:
-        return ConvBertBackbone.from_preset(os.fspath(path), **kwargs)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{os.path.join(os.fspath(path), WEIGHTS_FILE)}: the preset's "
-                              f"weights could not be read ({' '.join(str(e).split())[:300]})") \
-            from None
-
-
 def read_preset(path):
-    """("keras_hub", ConvBertConfig, {official TF1 name: array}) of a preset's backbone: what
-    `model.checkpoints.resolve_checkpoint` returns for the other formats."""
-    backbone = load_backbone(path)
-    from keras import ops
-    tensors = {name: ops.convert_to_numpy(v).astype(np.float32)
-               for name, v in backbone.weight_map().items()}
-    return "keras_hub", backbone.convbert_config, check_finite(tensors, os.fspath(path))
+    """("keras_hub", ConvBertConfig, {official TF1 name: array}) of a preset's backbone after
+    `check_preset`: `model.checkpoints.read_keras_hub_preset` (h5py, no KerasHub), which
+    fine-tuning's --init_checkpoint reads a preset with."""
+    check_preset(path)
+    return read_keras_hub_preset(os.fspath(path), ConvBertModel)
 
 
 def preset_vocabulary(path):

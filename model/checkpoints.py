@@ -7,6 +7,9 @@
 * "tf1": an official-style TF1 checkpoint (`model.ckpt` + `checkpoint` file, names `electra/...`),
   like the released convbert_{small,medium_small,base} checkpoints; needs TensorFlow.
 
+Read too: a KerasHub preset of ConvBERT (`read_keras_hub_preset`: config.json + model.weights.h5,
+with h5py; neither KerasHub nor TensorFlow needed), as keras_hub_convbert/presets.py writes it.
+
 Loading reports missing and unexpected names and refuses to load part of a model: a missing weight
 or a weight of another shape is an error naming it, and so is a weight holding NaN or inf (a
 diverged run's checkpoint: refused when read, naming the file). Pickle files (`pytorch_model.bin`)
@@ -235,6 +238,9 @@ def resolve_checkpoint(path, config=None):
     pickles = fileio.glob(os.path.join(path, "*.bin")) if is_dir else []
     if pickles:
         _reject_pickle(pickles[0])
+    if is_dir and any(fileio.exists(os.path.join(path, f))
+                      for f in (KERAS_HUB_WEIGHTS, KERAS_HUB_SHARDED_WEIGHTS)):
+        raise CheckpointError(f"{path}: KerasHub preset is missing {KERAS_HUB_CONFIG}")
     raise CheckpointError(f"{path}: not a ConvBERT checkpoint (expected {NATIVE_CONFIG}, a Hugging "
                           "Face config.json + model.safetensors, or a TF1 checkpoint)")
 
@@ -303,6 +309,195 @@ def load_pretrained(path, model_cls, config=None, **model_kwargs):
     return model
 
 
+# ------------------------------------------------------------------------------ KerasHub presets
+# A preset that `keras_hub_convbert` writes (docs/KERAS_HUB.md): `config.json` names the
+# backbone's registered class and holds its arguments, `model.weights.h5` its weights as Keras 3
+# saves them. Read here with json and h5py, so a preset is an --init_checkpoint on the TF-free
+# JAX path too (KerasHub imports TensorFlow for its text preprocessing).
+KERAS_HUB_PACKAGE = "convbert_keras_hub"
+KERAS_HUB_BACKBONE = f"{KERAS_HUB_PACKAGE}>ConvBertBackbone"
+KERAS_HUB_CONFIG, KERAS_HUB_WEIGHTS = "config.json", "model.weights.h5"
+KERAS_HUB_SHARDED_WEIGHTS = "model.weights.json"   # Keras' index of sharded weight files
+# ConvBertConfig field -> the backbone's argument (KerasHub's BERT names); the fields of
+# KERAS_HUB_CONFIG_ARGS keep their own names.
+KERAS_HUB_ARG_OF_FIELD = {
+    "vocab_size": "vocabulary_size", "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads", "hidden_size": "hidden_dim",
+    "intermediate_size": "intermediate_dim", "embedding_size": "embedding_dim",
+    "hidden_act": "hidden_activation", "hidden_dropout_prob": "dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "max_position_embeddings": "max_sequence_length", "type_vocab_size": "num_segments",
+    "layer_norm_eps": "layer_norm_epsilon"}
+KERAS_HUB_CONFIG_ARGS = ("head_ratio", "conv_kernel_size", "num_groups", "conv_type",
+                         "use_self_attention", "num_heads_per_kind", "initializer_range")
+
+
+def is_keras_hub_preset(path):
+    """A KerasHub preset directory: its config.json holds a serialized Keras object (checked
+    without importing KerasHub)."""
+    path = os.fspath(path)
+    config = os.path.join(path, KERAS_HUB_CONFIG)
+    if not (fileio.isdir(path) and fileio.isfile(config)):
+        return False
+    try:
+        return "registered_name" in json.loads(fileio.read_text(config))
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def keras_hub_arguments(config: ConvBertConfig) -> dict:
+    """The ConvBertBackbone constructor's arguments for `config`."""
+    fields = config.to_dict()
+    args = {arg: fields[field] for field, arg in KERAS_HUB_ARG_OF_FIELD.items()}
+    args.update({name: fields[name] for name in KERAS_HUB_CONFIG_ARGS})
+    return args
+
+
+def read_keras_hub_config(path):
+    """The preset's config.json as a dict, after checking it serializes a ConvBertBackbone:
+    a missing or foreign config is a one-line CheckpointError naming the file."""
+    path = os.fspath(path)
+    config_path = os.path.join(path, KERAS_HUB_CONFIG)
+    if not fileio.isfile(config_path):
+        raise CheckpointError(f"{path}: KerasHub preset is missing {KERAS_HUB_CONFIG}")
+    try:
+        config = json.loads(fileio.read_text(config_path))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{config_path}: not a JSON file ({e})") from None
+    name = config.get("registered_name") if isinstance(config, dict) else None
+    if name != KERAS_HUB_BACKBONE:
+        raise CheckpointError(f"{config_path}: a KerasHub preset of {name or 'no registered class'}"
+                              f", not a ConvBERT ({KERAS_HUB_BACKBONE})")
+    return config
+
+
+def config_from_keras_hub(arguments, where="config.json") -> ConvBertConfig:
+    """The ConvBertConfig of a ConvBertBackbone's arguments (its config.json's "config")."""
+    if not isinstance(arguments, dict):
+        raise CheckpointError(f"{where}: no backbone arguments (\"config\" is not an object)")
+    fields = {field: arguments[arg] for field, arg in KERAS_HUB_ARG_OF_FIELD.items()
+              if arg in arguments}
+    fields.update({name: arguments[name] for name in KERAS_HUB_CONFIG_ARGS if name in arguments})
+    try:
+        return ConvBertConfig(**fields)
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: not a ConvBERT backbone's arguments ({e})") from None
+
+
+def _keras_h5_layers(files, where):
+    """{layer path: [arrays]} of Keras 3 `.weights.h5` files (one, or the shards of one): a
+    layer's group holds a "vars" group of its variables "0", "1", ... in the layer's order,
+    which records the layer's name; the names of a layer and of the layers above it, the saved
+    model's own left out, give its path, as its variables' paths (`convbert/layer_0/self/query`)."""
+    import io
+
+    import h5py
+    groups = {}    # h5 path of a layer's group -> [name or None, {index: array}]
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Group) and (name == "vars" or name.endswith("/vars")):
+            entry = groups.setdefault(name[:-len("vars")].rstrip("/"), [None, {}])
+            if "name" in obj.attrs:
+                entry[0] = _h5_text(obj.attrs["name"])
+            for key, dataset in obj.items():
+                if isinstance(dataset, h5py.Dataset) and key.isdigit():
+                    entry[1][int(key)] = _h5_array(dataset)
+
+    for path in files:
+        try:
+            data = fileio.read_bytes(path)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: no such file (a shard {where} lists)") from None
+        try:
+            with h5py.File(io.BytesIO(data), "r") as f:
+                f.visititems(visit)
+        except (OSError, ValueError, KeyError) as e:
+            raise CheckpointError(f"{path}: not a readable Keras weights file "
+                                  f"({' '.join(str(e).split())[:200]})") from None
+    layers = {}
+    for group, (_, arrays) in groups.items():
+        if not arrays:
+            continue
+        parts = group.split("/") if group else []
+        names = []
+        for depth in range(1, len(parts) + 1):   # the saved model's own group ("") left out
+            entry = groups.get("/".join(parts[:depth]))
+            if entry is None:
+                continue                         # a container (a list of layers): no name
+            if entry[0] is None:
+                raise CheckpointError(f"{where}: /{group} records no layer name (written by an "
+                                      "older Keras?); load the preset with KerasHub and "
+                                      "save_to_preset it again")
+            names.append(entry[0])
+        if sorted(arrays) != list(range(len(arrays))):
+            raise CheckpointError(f"{where}: /{group}/vars holds variables {sorted(arrays)}")
+        layers["/".join(names)] = [arrays[i] for i in range(len(arrays))]
+    return layers
+
+
+def _h5_text(value):
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _h5_array(dataset):
+    """A weight as float32 (Keras marks a bfloat16 dataset with a "dtype" attribute)."""
+    if _h5_text(dataset.attrs.get("dtype", "")) == "bfloat16":
+        import ml_dtypes
+        return np.array(dataset, dtype=ml_dtypes.bfloat16).astype(np.float32)
+    return np.asarray(dataset, dtype=np.float32)
+
+
+def read_keras_hub_preset(path, model_cls):
+    """("keras_hub", ConvBertConfig, {official TF1 name: array}) of a ConvBERT KerasHub preset's
+    backbone, what `resolve_checkpoint` returns for the other formats, without KerasHub (nor
+    TensorFlow): `model_cls` (ConvBertModel, passed in as to `load_pretrained`) names the
+    weights, a layer's variables being saved in the order the model holds them."""
+    path = os.fspath(path)
+    config_path = os.path.join(path, KERAS_HUB_CONFIG)
+    config = config_from_keras_hub(read_keras_hub_config(path).get("config"), config_path)
+    single = os.path.join(path, KERAS_HUB_WEIGHTS)
+    index = os.path.join(path, KERAS_HUB_SHARDED_WEIGHTS)
+    if fileio.isfile(single):
+        where, files = single, [single]
+    elif fileio.isfile(index):
+        try:
+            shards = json.loads(fileio.read_text(index))["weight_map"].values()
+            names = sorted({f for v in shards for f in (v if isinstance(v, list) else [v])})
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{index}: not Keras' index of sharded weights ({e!r})") \
+                from None
+        where, files = index, [os.path.join(path, name) for name in names]
+    else:
+        raise CheckpointError(f"{path}: KerasHub preset is missing {KERAS_HUB_WEIGHTS}")
+    saved = _keras_h5_layers(files, where)
+    model = model_cls(config)
+    own = {}                                     # layer path -> its variables, in saving order
+    for variable in model.weights:
+        own.setdefault(variable.path.rpartition("/")[0], []).append(variable)
+    slot = {id(v): (layer, i) for layer, variables in own.items() for i, v in enumerate(variables)}
+    tensors, used, problems = {}, set(), []
+    for name, variable in model.weight_map().items():
+        layer, i = slot[id(variable)]
+        arrays = saved.get(layer)
+        used.add(layer)
+        if arrays is None or len(arrays) != len(own[layer]):
+            problems.append(f"layer {layer} is missing" if arrays is None else
+                            f"layer {layer} has {len(arrays)} weight(s), the model's "
+                            f"{len(own[layer])}")
+            continue
+        want, got = tuple(variable.shape), tuple(np.shape(arrays[i]))
+        if want != got:
+            problems.append(f"{name} has shape {got} but the model expects {want}")
+            continue
+        tensors[name] = arrays[i]
+    problems = list(dict.fromkeys(problems))
+    problems += [f"layer {layer} is not in the model" for layer in sorted(set(saved) - used)]
+    if problems:
+        raise CheckpointError(f"{where}: the weights do not match {config_path} "
+                              f"({len(problems)} problem(s): {'; '.join(problems[:3])})")
+    return "keras_hub", config, check_finite(tensors, where)
+
+
 # ------------------------------------------------------------------------------------- writers
 def _write_safetensors(path, tensors, metadata=None):
     from safetensors.numpy import save
@@ -328,19 +523,6 @@ def write_tf1_checkpoint(directory, tensors, step=0, prefix_name="model.ckpt"):
     state = f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n'
     fileio.write_text_atomic(os.path.join(directory, "checkpoint"), state)
     return os.path.join(directory, base)
-
-
-def is_keras_hub_preset(path):
-    """A KerasHub preset directory: its config.json holds a serialized Keras object (checked
-    without importing KerasHub; keras_hub_convbert/presets.py reads such a directory)."""
-    path = os.fspath(path)
-    config = os.path.join(path, "config.json")
-    if not (fileio.isdir(path) and fileio.isfile(config)):
-        return False
-    try:
-        return "registered_name" in json.loads(fileio.read_text(config))
-    except (ValueError, UnicodeDecodeError):
-        return False
 
 
 def save_pretrained(model, directory, format="keras", scope="electra"):

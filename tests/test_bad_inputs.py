@@ -510,7 +510,8 @@ CASES = [
         f"--checkpoint=bert={_hf_other_architecture(d)}", f"--glue_dir={_glue(d)}", "--task=rte",
         f"--vocab_file={a['vocab']}", f"--output_dir={d / 'out' / 'attention'}"],
        lambda d, a: [str(d / "bert_hf" / "config.json"), "'bert'"]),
-    _keras_hub_c("checkpoint_keras_hub_other_architecture_finetune", lambda d, a: _finetune(
+    # Fine-tuning reads a preset without KerasHub (model/checkpoints.py): no extra needed.
+    _c("checkpoint_keras_hub_other_architecture_finetune", lambda d, a: _finetune(
         d, a, f"--data_dir={_glue(d)}",
         f"--init_checkpoint={_preset_files(d, 'keras_hub>BertBackbone')}"),
         lambda d, a: [str(d / "preset" / "config.json"), "keras_hub>BertBackbone",

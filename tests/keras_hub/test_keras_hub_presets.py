@@ -6,6 +6,7 @@ the toolkit's own (WordPiece and SentencePiece). The backbone's numerics on both
 tests/model/test_keras_hub_backbone.py."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,45 @@ def test_finetuning_reads_a_preset_as_init_checkpoint(tmp_path):
     assert (fmt, config) == ("keras_hub", CONFIG)
 
 
+# The TensorFlow-free JAX path (a GPU machine with JAX and no TensorFlow): fine-tuning reads a
+# preset with json and h5py; importing TensorFlow or KerasHub (which imports it) would fail.
+READ_ON_JAX = r"""
+import sys
+sys.modules["tensorflow"] = None          # the JAX path must not need it
+sys.modules["keras_hub"] = None           # nor KerasHub
+import keras
+import numpy as np
+from finetune.encoder_source import EncoderSource
+from finetune.hparams import FinetuneHParams
+assert keras.backend.backend() == "jax"
+source = EncoderSource(sys.argv[1], FinetuneHParams())
+encoder = source.build()
+np.savez(sys.argv[2], **{name: keras.ops.convert_to_numpy(v)
+                         for name, v in encoder.weight_map().items()})
+print(source.format)
+"""
+
+
+def test_a_preset_is_read_on_jax_without_tensorflow_or_keras_hub(tmp_path):
+    pytest.importorskip("jax")
+    keras.utils.set_random_seed(4)
+    model = ConvBertModel(CONFIG)
+    model.save_pretrained(tmp_path / "ckpt")
+    write_preset(tmp_path / "ckpt", tmp_path / "preset", vocab_file=write_vocab(tmp_path / "v.txt"))
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO_ROOT),
+           "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", READ_ON_JAX, str(tmp_path / "preset"),
+                           str(tmp_path / "encoder.npz")],
+                          env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["keras_hub"]
+    built = np.load(tmp_path / "encoder.npz")
+    expected = model.weight_map()
+    assert sorted(built.files) == sorted(expected)
+    for name, variable in expected.items():     # the encoder the JAX run fine-tunes
+        np.testing.assert_array_equal(built[name], np.asarray(variable), name)
+
+
 def test_wordpiece_ids_are_the_toolkits(tmp_path):
     from data.tokenization import Tokenizer
     from keras_hub_convbert import ConvBertTokenizer
@@ -182,3 +222,25 @@ def test_bad_presets_are_one_line(tmp_path):
     (tmp_path / "preset" / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="keras_hub>BertBackbone, not a ConvBERT"):
         read_preset(tmp_path / "preset")
+    # Fine-tuning's reader (no KerasHub): the same lines, naming the file.
+    from finetune.encoder_source import read_checkpoint
+    from model import checkpoints
+    preset = str(tmp_path / "preset")
+    with pytest.raises(CheckpointError, match="config.json: a KerasHub preset of keras_hub>Bert"):
+        read_checkpoint(preset, checkpoints)
+    config["registered_name"] = "convbert_keras_hub>ConvBertBackbone"
+    (tmp_path / "preset" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "preset" / "model.weights.h5").rename(tmp_path / "weights.h5")
+    with pytest.raises(CheckpointError, match=f"^{re.escape(preset)}: KerasHub preset is missing "
+                                                         "model.weights.h5$"):
+        read_checkpoint(preset, checkpoints)
+    (tmp_path / "weights.h5").rename(tmp_path / "preset" / "model.weights.h5")
+    config["config"]["num_layers"] = 1          # weights of 2 layers
+    (tmp_path / "preset" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="model.weights.h5: the weights do not match .*"
+                                              "config.json .*layer convbert/layer_1/"):
+        read_checkpoint(preset, checkpoints)
+    (tmp_path / "preset" / "config.json").unlink()
+    with pytest.raises(CheckpointError, match=f"^{re.escape(preset)}: KerasHub preset is missing "
+                                                         "config.json$"):
+        read_checkpoint(preset, checkpoints)

@@ -1,8 +1,9 @@
 """ConvBERT in KerasHub (issue 57) on whichever backend runs the model tests (TensorFlow, then
 JAX in scripts/test.sh): presets written from native, Hugging Face and TF1 checkpoints load
 through KerasHub's generic `Backbone.from_preset` and give the toolkit's `ConvBertModel`'s outputs
-(≤ 1e-5), the released-model references' outputs (transformers, ../shared), and the text
-classifier trains with `fit` on raw strings and round-trips through `save_to_preset`."""
+(≤ 1e-5), the weights `model.checkpoints` reads from them without KerasHub, the released-model
+references' outputs (transformers, ../shared), and the text classifier trains with `fit` on raw
+strings and round-trips through `save_to_preset`."""
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ import keras  # noqa: E402
 import keras_hub_convbert  # noqa: E402,F401  (registers the classes)
 from keras_hub_convbert.presets import write_preset  # noqa: E402
 from model import ConvBertConfig, ConvBertModel  # noqa: E402
+from model.checkpoints import read_keras_hub_preset  # noqa: E402
 from tests.model.conftest import model_inputs, reference_outputs  # noqa: E402
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -93,6 +95,14 @@ def test_preset_backbone_equals_the_toolkit_model(tmp_path, size, fmt):
     again.set_weights(backbone.get_weights())
     assert again.get_config() == backbone.get_config()
     assert max_diff(again(hub_inputs(inputs))["sequence_output"], expected) == 0.0
+    # Read without KerasHub (json + h5py, as fine-tuning's --init_checkpoint): the config and
+    # every weight KerasHub loaded, bit for bit.
+    fmt, config, tensors = read_keras_hub_preset(str(tmp_path / "preset"), ConvBertModel)
+    assert (fmt, config) == ("keras_hub", model.config)
+    hub_weights = backbone.weight_map()
+    assert set(tensors) == set(hub_weights)
+    for name, variable in hub_weights.items():
+        np.testing.assert_array_equal(tensors[name], keras.ops.convert_to_numpy(variable), name)
 
 
 @tensorflow_only
