@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 from model import ConvBertConfig, ConvBertMaskedLM
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tensorflow_pass_only
 from tests.model.test_checkpoints import TINY, tiny_inputs
 
 RUN_ON_BACKEND = """
@@ -23,6 +23,7 @@ print(keras.backend.backend())
 """
 
 
+@tensorflow_pass_only      # it runs both backends itself
 def test_tensorflow_and_jax_outputs_are_identical(tmp_path):
     for conv_type, groups in (("sdconv", 2), ("lightweight", 1)):
         model = ConvBertMaskedLM(ConvBertConfig(**TINY, conv_type=conv_type, num_groups=groups))

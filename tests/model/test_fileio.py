@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from base import fileio
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tensorflow_pass_only
 
 
 def test_local_round_trip_atomic_writes_glob_and_dirs(tmp_path):
@@ -132,6 +132,7 @@ NO_TF = textwrap.dedent("""
 """)
 
 
+@tensorflow_pass_only      # its JAX process is a subprocess of its own
 def test_model_imports_and_fileio_works_without_tensorflow(tmp_path):
     pytest.importorskip("jax")   # `import model` needs a Keras backend other than TensorFlow
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",

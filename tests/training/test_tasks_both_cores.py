@@ -1,10 +1,12 @@
 """Both training cores run the same Task classes (training/task.py): the pre-training task
-(pretrain/task.py, RTD and MLM), the fine-tuning task (finetune/finetuner.py `FinetuneTask`) with
-SQuAD's QA head, the causal LM (lm/task.py) and DynaBERT's depth phase (elastic/train.py), each
-trained by TensorFlow's `TrainingCore` and by JAX's `JaxTrainingCore` from the same initial
-weights on the same batches. `FinetuneTask` with GLUE's classification and regression heads is
-compared the same way, over 20 steps and through the fine-tuning wrappers of both backends
-(`Trainer`, `JaxFinetuner`), in tests/finetune/test_jax_finetune.py.
+(pretrain/task.py, RTD; BERT's MLM objective, its generator's half, is trained by TensorFlow's
+core in tests/training/test_nonfinite.py and by JAX's in tests/pretrain/test_jax_multiprocess.py),
+the fine-tuning task (finetune/finetuner.py `FinetuneTask`) with SQuAD's QA head, the causal LM
+(lm/task.py) and DynaBERT's depth phase (elastic/train.py), each trained by TensorFlow's
+`TrainingCore` and by JAX's `JaxTrainingCore` from the same initial weights on the same batches.
+`FinetuneTask` with GLUE's classification and regression heads is compared the same way, over 20
+steps and through the fine-tuning wrappers of both backends (`Trainer`, `JaxFinetuner`), in
+tests/finetune/test_jax_finetune.py.
 
 Each backend runs in its own subprocess (KERAS_BACKEND is fixed at import); the JAX one with
 `tensorflow` unimportable. Every task without RNG in its step (dropout 0, no clipping: see
@@ -160,16 +162,15 @@ def dynabert():
 
 init_path = os.path.join(out, "init_{}.npz")
 results = {}
-for name, make in (("rtd", lambda: pretraining(True)), ("mlm", lambda: pretraining(False)),
-                   ("squad", squad), ("lm", language_model),
-                   ("dynabert", dynabert)):
+for name, make in (("rtd", lambda: pretraining(True)), ("squad", squad),
+                   ("lm", language_model), ("dynabert", dynabert)):
     task, steps = make()
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm
     # counts a token seen twice in a batch twice (as the official code); JAX's dense gradients
     # count it once.
     settings = TrainSettings(total_steps=steps, batch_size=B, learning_rate=1e-3,
                              warmup_steps=1, clip_norm=0.0, log_every=1,
-                             layerwise_lr_decay=None if name in ("rtd", "mlm", "lm") else 0.8,
+                             layerwise_lr_decay=None if name in ("rtd", "lm") else 0.8,
                              num_layers=config.num_hidden_layers)
     if backend == "jax":
         from training.jax_core import JaxTrainingCore
@@ -211,7 +212,7 @@ def test_both_cores_train_the_same_tasks(tmp_path):
     pytest.importorskip("jax")
     jax_runs = _run("jax", tmp_path)            # draws and writes the initial weights
     tf_runs = _run("tensorflow", tmp_path)
-    tasks = {"rtd": "PretrainingTask", "mlm": "PretrainingTask", "squad": "FinetuneTask",
+    tasks = {"rtd": "PretrainingTask", "squad": "FinetuneTask",
              "lm": "LanguageModelTask", "dynabert": "DynaBertTask"}
     for name, task_class in tasks.items():
         j, t = jax_runs[name], tf_runs[name]
