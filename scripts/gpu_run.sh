@@ -20,11 +20,12 @@
 # it was built for (bash scripts/gpu_bundle.sh --python_version=X.Y; bundle.json "python").
 # JAX's persistent compilation cache (training/compile_cache.py) is <work_dir>/jax_cache unless
 # --jax_cache_dir (or $CONVBERT_JAX_CACHE_DIR) names another; --compile_cache=FILE unpacks an
-# earlier run's DIR/jax_cache.tar.gz into it first (into a scratch folder, moved in whole or not
-# at all), so the programs it compiled are read, not compiled again (same GPU kind, same
-# jax/jaxlib). At the end the cache is packed into DIR/jax_cache.tar.gz, also after a failed run;
-# over 16 MiB it is still written whole, and the log says so in one line (a device tool that
-# returns files of at most 16 MiB leaves it behind).
+# earlier run's DIR/jax_cache.tar.gz into it first (training/compile_cache.py unpack_archive: into
+# a scratch folder, moved in whole or not at all; damaged entries left out), so the programs it
+# compiled are read, not compiled again (same GPU kind, same jax/jaxlib). At the end the cache is
+# packed into DIR/jax_cache.tar.gz, also after a failed run; over 16 MiB it is still written
+# whole, and the log says so in one line (a device tool that returns files of at most 16 MiB
+# leaves it behind).
 # DIR gets at most 8 files: results.json, results.md, throughput.json, pretraining_curves.png,
 # glue_scores.png, gpu_run.log (every call's console on this work folder, appended),
 # jax_cache.tar.gz.
@@ -93,17 +94,13 @@ if [ -n "$archive" ]; then
   if [ -z "$cache" ]; then
     say "compile cache: off, $archive not unpacked"
   else
-    # Into a scratch folder first, moved in only when the whole archive unpacked: a torn one
-    # leaves the cache as it was (and costs the compile time it would have saved, not the run).
-    mkdir -p "$cache"
-    scratch=$(mktemp -d "$cache/.unpack.XXXXXX")
-    if tar -xzf "$archive" -C "$scratch" 2>/dev/null; then
-      find "$scratch" -mindepth 1 -maxdepth 1 -exec mv -f -t "$cache" {} +
-      say "compile cache: $archive unpacked into $cache"
-    else
-      say "compile cache: $archive could not be unpacked (damaged or not a .tar.gz); the cache in $cache is used as it was"
+    # training/compile_cache.py unpack_archive: into a scratch folder first, moved in only when
+    # the whole archive read cleanly; a torn one leaves the cache as it was (and costs the
+    # compile time it would have saved, not the run). One line, status 0 either way.
+    if ! line=$("$python" -m training.compile_cache unpack "$archive" "$cache" 2>&1); then
+      line="compile cache: $archive not unpacked (training.compile_cache failed${line:+: ${line##*$'\n'}}); the cache in $cache is used as it was"
     fi
-    rm -rf "$scratch"
+    say "$line"
   fi
 fi
 status=0

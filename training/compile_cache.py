@@ -10,6 +10,25 @@ JAX's own `$JAX_COMPILATION_CACHE_DIR` (the test suite sets it: scripts/test_env
 `$XDG_CACHE_HOME/convbert/jax` (`~/.cache/convbert/jax`). `off`, `none`, `0` or an empty value
 turn the cache off. Pure Python: JAX is imported only when the cache is switched, TensorFlow
 never.
+
+What can go wrong with it never stops a run: it compiles instead, and says why in one line.
+- An archive carried from another machine (scripts/gpu_run.sh --compile_cache) that is torn,
+  not a tar.gz, or holds a path outside the cache: `unpack_archive` extracts it into a scratch
+  folder inside the cache and moves it in only when all of it read cleanly (gzip's CRC
+  included); else nothing of it. An entry in it that does not decompress whole (a program
+  half-written by a killed process) is left out.
+  `python -m training.compile_cache unpack ARCHIVE DIR` (what gpu_run.sh runs).
+- An archive from another model, jax/jaxlib, GPU kind or XLA_FLAGS: its entries are never read.
+  JAX names an entry `<program>-<sha256>` over the lowered program, the jaxlib version, the
+  backend's platform and platform version (CUDA / driver), the XLA flags, the compile options,
+  the devices' kind and the compression (jax/_src/cache_key.py `get`, jax 0.10.2); jax itself
+  requires the jaxlib it was released with. A program differing in any of them has another
+  name and is compiled (tests/training/test_compile_cache.py: a second program beside the
+  first one's entries).
+- An entry that JAX cannot read (a truncated or damaged file): JAX would warn on every run and
+  never replace it (its cache writes only absent entries). `enable_compile_cache` makes that
+  one line, removes the entry, and JAX writes the program it compiles in its place.
+- A directory that cannot be created or written: off, in one line.
 """
 import logging
 import os
@@ -72,6 +91,18 @@ def _count_programs(directory):
         return 0
 
 
+def _write_problem(directory):
+    """Why a file cannot be written in `directory` (a file made and removed), or None."""
+    import tempfile
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write_probe.", dir=directory)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return f"cannot be written ({e.strerror or e})"
+    return None
+
+
 def enable_compile_cache(path=None, log=print, environ=None):
     """Turn JAX's persistent compilation cache on at the directory `resolve_cache_dir` picks
     (or off); the directory used, None when off. Logs one line when it changes JAX's settings;
@@ -91,6 +122,8 @@ def enable_compile_cache(path=None, log=print, environ=None):
             os.makedirs(directory, exist_ok=True)
         except OSError as e:
             problem = f"cannot be created ({e.strerror or e})"
+        else:
+            problem = _write_problem(directory)
     if problem:
         log(f"JAX compilation cache: {directory} ({source}) {problem}: compiling without it")
         directory = None
@@ -130,6 +163,8 @@ def enable_compile_cache(path=None, log=print, environ=None):
     finally:
         logger.setLevel(level)
     _applied = (directory,)
+    if directory is not None:
+        _guard_cache_reads(log)
     if directory is None:
         if not problem:
             log(f"JAX compilation cache: off ({source})")
@@ -137,6 +172,184 @@ def enable_compile_cache(path=None, log=print, environ=None):
         where = "" if _is_url(directory) else f", {_count_programs(directory)} programs"
         log(f"JAX compilation cache: {directory}{where} ({source})")
     return directory
+
+
+def _guard_cache_reads(log):
+    """JAX's reading of one entry, wrapped: an entry it cannot read (JAX would warn in two lines
+    on every run and never replace it) is one line and removed, so that the program compiled
+    in its place is written. JAX's own handling otherwise: `raise_persistent_cache_errors` and a
+    verification error still raise."""
+    global _read_log
+    _read_log = log
+    try:
+        from jax._src import compilation_cache as jax_cache
+    except ImportError:          # another JAX layout: its own warning, as before
+        return
+    read = getattr(jax_cache, "get_executable_and_time", None)
+    if read is None or getattr(read, "_convbert_guarded", False):
+        return
+
+    def get_executable_and_time(cache_key, *args, **kwargs):
+        try:
+            return read(cache_key, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - what JAX's caller catches too
+            import jax
+            if (isinstance(e, getattr(jax_cache, "CacheVerificationError", ())) or
+                    jax.config.jax_raise_persistent_cache_errors):
+                raise
+            _damaged_entry(cache_key, e)
+            return None, None
+
+    get_executable_and_time._convbert_guarded = True
+    jax_cache.get_executable_and_time = get_executable_and_time
+
+
+_read_log = print
+
+
+def _damaged_entry(cache_key, error):
+    directory = _applied[0] if _applied else None
+    removed = False
+    if directory is not None and not _is_url(directory):
+        for suffix in ("-cache", "-atime"):
+            try:
+                os.remove(os.path.join(directory, cache_key + suffix))
+                removed = removed or suffix == "-cache"
+            except OSError:
+                pass
+    name, _, digest = cache_key.rpartition("-")
+    why = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+    _read_log(f"compile cache: the entry for {name or cache_key} ({digest[:12]}…) could not be "
+              f"read ({type(error).__name__}{': ' + why if why else ''}); compiling it"
+              + ("; the damaged entry removed" if removed else ""))
+
+
+# ------------------------------------------------------------- archives between machines
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def entry_is_whole(path):
+    """Whether a JAX cache entry decompresses whole (zstd, or zlib without the zstandard
+    package, as JAX writes them): False for a truncated or damaged file, None where it cannot
+    be told here (a zstd entry without a zstd module). A bit flipped inside a zstd frame can
+    pass (JAX writes no checksum); the archive's gzip CRC covers the carrying."""
+    import zlib
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        if data[:4] == ZSTD_MAGIC:
+            try:
+                from compression import zstd          # Python 3.14+
+                out = zstd.decompress(data)
+            except ImportError:
+                try:
+                    import zstandard
+                except ImportError:
+                    return None
+                out = zstandard.ZstdDecompressor().decompress(data)
+        else:
+            out = zlib.decompress(data)
+    except Exception:  # noqa: BLE001 - zstd's, zlib's errors: the entry is damaged
+        return False
+    return len(out) > 4                     # 4 bytes of compile time, then the executable
+
+
+def _member_problem(member):
+    name = member.name
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith("/") or os.path.isabs(name) or ".." in parts:
+        return f"member {name!r} lies outside the cache"
+    if not (member.isfile() or member.isdir()):
+        return f"member {name!r} is a link or a special file"
+    return None
+
+
+def _move_in(source, target):
+    """Every entry of `source` into `target`, folders merged, files replaced."""
+    for name in os.listdir(source):
+        src, dst = os.path.join(source, name), os.path.join(target, name)
+        if os.path.isdir(src) and os.path.isdir(dst):
+            _move_in(src, dst)
+        else:
+            if os.path.isdir(dst):
+                import shutil
+                shutil.rmtree(dst)
+            os.replace(src, dst)
+
+
+def unpack_archive(archive, cache_dir, log=print):
+    """Unpack a packed cache (`tar -czf ... -C <cache> .`, scripts/gpu_run.sh) into `cache_dir`:
+    into a scratch folder inside it first, moved in only when the whole archive read cleanly;
+    else nothing of it, in one line, and the cache stays as it was. Members with an absolute
+    path, `..`, links or special files refuse the archive. Entries that do not decompress whole
+    are left out. Never raises; the number of programs brought in."""
+    import shutil
+    import tarfile
+    import tempfile
+    import zlib
+    scratch = None
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        for name in os.listdir(cache_dir):          # a killed unpack's scratch folder
+            if name.startswith(".unpack."):
+                shutil.rmtree(os.path.join(cache_dir, name), ignore_errors=True)
+        scratch = tempfile.mkdtemp(prefix=".unpack.", dir=cache_dir)
+        try:
+            tar = tarfile.open(archive, "r:*")
+        except tarfile.ReadError:
+            raise ValueError("not a .tar.gz, nor another tar archive") from None
+        with tar:
+            for member in tar:
+                problem = _member_problem(member)
+                if problem:
+                    raise ValueError(problem)
+                path = os.path.join(scratch, os.path.normpath(member.name))
+                if member.isdir():
+                    os.makedirs(path, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with tar.extractfile(member) as src, open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                if member.size != os.path.getsize(path):
+                    raise EOFError(f"member {member.name!r} is cut short")
+            while tar.fileobj.read(1 << 20):         # to the end: gzip's CRC and length
+                pass
+        entries, damaged = [], 0
+        for root, _, files in os.walk(scratch):
+            for name in files:
+                if name.endswith("-cache"):
+                    path = os.path.join(root, name)
+                    if entry_is_whole(path) is False:
+                        os.remove(path)
+                        damaged += 1
+                    else:
+                        entries.append(path)
+        _move_in(scratch, cache_dir)
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as e:
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        if isinstance(e, OSError) and e.strerror:
+            why = e.strerror + (f": {e.filename}" if e.filename else "")
+        log(f"compile cache: {archive} could not be unpacked ({why}); the cache in {cache_dir} "
+            "is used as it was")
+        return 0
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    left_out = f", {damaged} damaged left out" if damaged else ""
+    log(f"compile cache: {archive} unpacked into {cache_dir} ({len(entries)} programs{left_out})")
+    return len(entries)
+
+
+def main(argv=None):
+    """`python -m training.compile_cache unpack ARCHIVE DIR`: one line on stdout, status 0
+    whether or not it could be unpacked (the run goes on compiling); 2 for a wrong call."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3 or argv[0] != "unpack":
+        print("usage: python -m training.compile_cache unpack ARCHIVE DIR", file=sys.stderr)
+        return 2
+    unpack_archive(argv[1], argv[2], log=print)
+    return 0
 
 
 # JAX's monitoring events: one per program XLA compiles (or reads from the persistent cache,
@@ -203,3 +416,7 @@ class CompileWatch:
             names[c["program"]] = names.get(c["program"], 0) + 1
         return (f"{len(self.compiles)} program(s) compiled in {self.seconds():.1f}s: "
                 + ", ".join(f"{n}" + (f" x{k}" if k > 1 else "") for n, k in names.items()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
