@@ -28,7 +28,25 @@ TPU on the PCI bus: `absent_devices()`), are start-up lines too:
 * JAX's `Unable to initialize backend 'tpu': ... Failed to open libtpu.so` (Python logging, at
   INFO: absl's app.run shows it) is dropped by a filter on JAX's logger, on either backend,
   for a backend whose device is absent; JAX is not imported for that.
+
+Two runtime lines that say nothing wrong are kept off the console the same way, each by making
+it happen early while its file descriptor is captured (`kept_off_console`):
+
+* TensorFlow's `E0000 ... util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512.
+  Falling back to the default Eigen-based implementation if present.` (printed on any CPU, AVX-512
+  or not) comes when oneDNN's graph pass first meets an int64 Transpose, which Keras's
+  `take_along_axis` makes (pre-training's first step). TensorFlow prints that note once a
+  process, so the import above has it printed, and dropped (`ONEDNN_NOTE`): the same one
+  function, called through ctypes where the TensorFlow build has it. Its once also covers the
+  same note for another type (bfloat16 or float16 on a CPU whose oneDNN lacks them), which then
+  does not show either.
+* gloo's `[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is
+  : 1` (jaxlib's CPU collectives, on stdout), one for each device of each new set of devices that
+  makes a collective across processes: training/jax_distribution.py `start_processes` makes
+  the sets a run uses connect at once, dropping those lines (`GLOO_CONNECTED`; a line where the
+  two counts differ is kept).
 """
+import contextlib
 import glob
 import logging
 import os
@@ -78,6 +96,15 @@ def start_up_lines(absent):
 
 _ABSENT = absent_devices()
 START_UP_LINES = start_up_lines(_ABSENT)
+# Runtime lines that say nothing wrong (module doc): oneDNN's DT_INT64 note (stderr) and gloo's
+# connection lines (stdout) where every expected peer is connected.
+ONEDNN_NOTE = re.compile(r"^E0000 \S+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on "
+                         r"platforms with AVX-512\.")
+GLOO_CONNECTED = re.compile(r"^\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. Expected "
+                            r"number of connected peer ranks is : \1\s*$")
+# tensorflow::DataTypeUnsupportedWarning(const DataType&), which prints the note once a process
+# (tensorflow/core/util/util.cc).
+_ONEDNN_NOTE_FUNCTION = "_ZN10tensorflow26DataTypeUnsupportedWarningERKNS_8DataTypeE"
 # JAX's backend names -> the device kind each needs.
 _JAX_BACKEND_DEVICES = {"tpu": "tpu", "cuda": "gpu", "gpu": "gpu"}
 _JAX_UNAVAILABLE = re.compile(r"Unable to initialize backend '(\w+)'")
@@ -120,27 +147,70 @@ def quiet_tensorflow():
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow" or "tensorflow" in sys.modules:
         return
-    import tempfile
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
+    with kept_off_console(2, (START_UP_LINES, ONEDNN_NOTE)):
         try:
             import tensorflow
-            if "gpu" in _ABSENT:   # its cuInit failure now, while captured (module doc)
-                tensorflow.config.list_physical_devices("GPU")
         except ImportError:
-            pass               # the JAX-only install: nothing to quiet
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
+            return             # the JAX-only install: nothing to quiet
+        if "gpu" in _ABSENT:   # its cuInit failure now, while captured (module doc)
+            tensorflow.config.list_physical_devices("GPU")
+        _onednn_note_now(tensorflow)
+
+
+def _onednn_note_now(tensorflow):
+    """oneDNN's once-a-process DT_INT64 note printed now (module doc), by TensorFlow's own
+    function; nothing where this build lacks it. Fixes no device and no runtime setting."""
+    import ctypes
+    try:
+        library = ctypes.CDLL(os.path.join(tensorflow.sysconfig.get_lib(),
+                                           "libtensorflow_framework.so.2"))
+        note = getattr(library, _ONEDNN_NOTE_FUNCTION)
+    except (OSError, AttributeError):
+        return
+    note.restype = None
+    note(ctypes.byref(ctypes.c_int(tensorflow.int64.as_datatype_enum)))
+
+
+@contextlib.contextmanager
+def kept_off_console(fd, lines):
+    """Around a call: what the process writes on file descriptor `fd` (1: stdout, 2: stderr), a
+    library's C++ included, is captured, then written back (to sys.stdout or sys.stderr) when the
+    call ends, however it ends, except the lines that `lines` (a compiled pattern, or several)
+    match. A plain call with CONVBERT_TF_LOGS=1."""
+    if os.environ.get("CONVBERT_TF_LOGS") == "1":
+        yield
+        return
+    import tempfile
+    patterns = (lines,) if hasattr(lines, "match") else tuple(lines)
+    stream = sys.stdout if fd == 1 else sys.stderr
+    _flush_all(stream)
+    saved = os.dup(fd)
+    captured = tempfile.TemporaryFile()
+    try:
+        os.dup2(captured.fileno(), fd)
+        yield
+    finally:
+        _flush_all(stream)
+        os.dup2(saved, fd)
+        os.close(saved)
         captured.seek(0)
         text = captured.read().decode("utf-8", errors="replace")
-    kept = [line for line in text.splitlines(keepends=True) if not START_UP_LINES.match(line)]
-    if kept:
-        sys.stderr.write("".join(kept))
-        sys.stderr.flush()
+        captured.close()
+        kept = [line for line in text.splitlines(keepends=True)
+                if not any(pattern.match(line) for pattern in patterns)]
+        if kept:
+            stream.write("".join(kept))
+            stream.flush()
+
+
+def _flush_all(stream):
+    """Python's buffer of `stream`, and C's stdio buffers (C++'s std::cout writes through them)."""
+    stream.flush()
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 def error_line(error):

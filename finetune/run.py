@@ -19,6 +19,7 @@ the TensorFlow backend takes it too. Both write the same results files.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 from base import fileio
@@ -216,14 +217,17 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         tokenizer = load_tokenizer(vocab_file, sp_model, do_lower_case=base_hp.do_lower_case)
         vocab_size, vocab_name = tokenizer.vocab_size, sp_model or vocab_file
 
-    writes = True
+    writes, peers_lost = True, contextlib.nullcontext()
     if backend == "jax":
         from training.settings import set_precision
-        from training.jax_distribution import check_batch_size, is_writer, use_devices
+        import jax
+        from training.jax_distribution import (check_batch_size, is_writer, lost_peer_as_error,
+                                               use_devices)
         set_precision(base_hp.precision)   # mixed_float16: TrainingError, nothing written
         if join_processes is not None:     # a bad input file: said before waiting for peers
             join_processes()
         writes = is_writer()               # several processes: process 0 writes model_dir
+        peers_lost = lost_peer_as_error(jax.process_count() > 1, checkpoints=False)
         use_devices(num_devices, log=say)  # before any model: variables replicated over them
         for task in tasks if do_train else ():   # a batch they do not divide: before any output
             check_batch_size(base_hp.for_task(task).train_batch_size)
@@ -263,27 +267,33 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         start_weights = source.tensors
         if start_weights is None:
             start_weights = random_encoder_weights(source.config, base_hp.seed)
-    for task in tasks:
-        hp = base_hp.for_task(task)
-        check_sequence_length(source, hp.max_seq_length, task)
-        if task in QA_TASKS:
-            sets = task_sets[task] if task_sets else squad_task.tokenize_squad_data(
-                task, hp, task_data[task], tokenizer, say)
-        else:
-            sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
-                task_data[task], tokenizer, hp)
-            if sets.train is not None:
-                say(glue_task.describe_training_set(task, hp, sets.train))
-        if finetuners is not None:
-            finetuner, weights = finetuners.get(source.config, task, hp), start_weights
-        elif task in QA_TASKS:
-            finetuner, weights = squad_task.tensorflow_squad_finetuner(task, hp, source, log=say)
-        else:
-            finetuner, weights = glue_task.tensorflow_glue_finetuner(task, hp, source, log=say)
-        if task in QA_TASKS:
-            squad_task.run_squad_task(task, hp, sets, finetuner, weights, model_dir, log=say)
-        else:
-            glue_task.run_glue_task(task, hp, sets, finetuner, weights, model_dir, submission)
+    # Several JAX processes: a call with one that was lost (killed, its host gone) anywhere in
+    # the tasks (a trial's start, training, predictions) is one line and exit 1 on the others
+    # (training/jax_distribution.py `lost_peer_as_error`; fine-tuning writes no checkpoints:
+    # the rerun trains again), never a traceback and JAX's abort.
+    with peers_lost:
+        for task in tasks:
+            hp = base_hp.for_task(task)
+            check_sequence_length(source, hp.max_seq_length, task)
+            if task in QA_TASKS:
+                sets = task_sets[task] if task_sets else squad_task.tokenize_squad_data(
+                    task, hp, task_data[task], tokenizer, say)
+            else:
+                sets = task_sets[task] if task_sets else glue_task.tokenize_glue_data(
+                    task_data[task], tokenizer, hp)
+                if sets.train is not None:
+                    say(glue_task.describe_training_set(task, hp, sets.train))
+            if finetuners is not None:
+                finetuner, weights = finetuners.get(source.config, task, hp), start_weights
+            elif task in QA_TASKS:
+                finetuner, weights = squad_task.tensorflow_squad_finetuner(task, hp, source,
+                                                                           log=say)
+            else:
+                finetuner, weights = glue_task.tensorflow_glue_finetuner(task, hp, source, log=say)
+            if task in QA_TASKS:
+                squad_task.run_squad_task(task, hp, sets, finetuner, weights, model_dir, log=say)
+            else:
+                glue_task.run_glue_task(task, hp, sets, finetuner, weights, model_dir, submission)
     if submission and writes:   # without --data_dir (features only) the files are not checked
         glue_task.write_glue_submission(submission, model_dir, data_dir)
     if len([t for t in tasks if t not in QA_TASKS]) > 1 and do_eval and writes:

@@ -1,7 +1,10 @@
 """Commands print no TensorFlow C++ start-up lines (base/command.py): not from the filter itself,
 not from a driver; CONVBERT_TF_LOGS=1 brings them back (so the filter is what removes them).
 Nor, on a machine without the device, TensorFlow's `failed call to cuInit` (printed when a
-device is first used, after the import) or JAX's `Unable to initialize backend 'tpu'`."""
+device is first used, after the import) or JAX's `Unable to initialize backend 'tpu'`. Nor, at
+run time, oneDNN's DT_INT64 note (Keras's take_along_axis in a tf.function) or gloo's
+connection lines (`kept_off_console`; in a several-process run:
+tests/pretrain/test_jax_multiprocess.py)."""
 import os
 import subprocess
 import sys
@@ -14,8 +17,13 @@ from tests.conftest import REPO_ROOT
 NOISE = ("I0000", "WARNING: All log messages", "oneDNN")
 # Only where the device is absent: on a GPU (TPU) machine such a line is a real error.
 ABSENT_DEVICE_NOISE = {"gpu": "failed call to cuInit", "tpu": "Unable to initialize backend 'tpu'"}
+# Keras's take_along_axis on TensorFlow transposes int64 indices: in a function, oneDNN's note
+# `E0000 ... util.cc:131] oneDNN supports DT_INT64 only on platforms with AVX-512` (any CPU).
 SNIPPET = ("from base.command import quiet_tensorflow; quiet_tensorflow(); import keras; "
-           "import sys; print(keras.ops.ones(1)); print('own line', file=sys.stderr)")
+           "import sys; import tensorflow as tf; print(keras.ops.ones(1)); "
+           "print(tf.function(lambda x, i: keras.ops.take_along_axis(x, i, axis=1))("
+           "tf.ones((2, 3, 4)), tf.zeros((2, 1, 1), 'int32')).shape); "
+           "print('own line', file=sys.stderr)")
 # A JAX command as the drivers are: absl's app.run (Python logging at INFO), JAX's backends
 # initialised; JAX_PLATFORMS unset (as a user has it), so JAX tries every backend it knows.
 JAX_SNIPPET = """
@@ -53,6 +61,30 @@ def test_start_up_lines_dropped_and_other_lines_kept():
     assert "own line" in quiet.stderr
     loud = _run(["-c", SNIPPET], CONVBERT_TF_LOGS="1")
     assert loud.returncode == 0 and noisy_lines(loud), "TensorFlow printed nothing to filter"
+    if "oneDNN custom operations are on" in loud.stderr:    # oneDNN's graph pass runs
+        assert "oneDNN supports DT_INT64 only" in loud.stderr
+
+
+def test_runtime_lines_dropped_where_printed(capfd, monkeypatch):
+    """`kept_off_console`: what is written on the file descriptor itself (as C++ writes) is
+    kept, but for gloo's connection lines where every peer is connected; CONVBERT_TF_LOGS=1
+    keeps all."""
+    from base.command import GLOO_CONNECTED, ONEDNN_NOTE, kept_off_console
+    gloo = ("[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer "
+            "ranks is : 3\n")
+    short = gloo.replace("to 3 peer", "to 2 peer")             # a peer missing: shown
+    monkeypatch.delenv("CONVBERT_TF_LOGS", raising=False)
+    with kept_off_console(1, GLOO_CONNECTED):
+        os.write(1, f"before\n{gloo}{short}after\n".encode())
+    assert capfd.readouterr().out == f"before\n{short}after\n"
+    monkeypatch.setenv("CONVBERT_TF_LOGS", "1")
+    with kept_off_console(1, GLOO_CONNECTED):
+        os.write(1, gloo.encode())
+    assert capfd.readouterr().out == gloo
+    assert ONEDNN_NOTE.match(
+        "E0000 00:00:1795868546.351288   28644 util.cc:131] oneDNN supports DT_INT64 only on "
+        "platforms with AVX-512. Falling back to the default Eigen-based implementation if "
+        "present.")
 
 
 def test_a_driver_is_quiet(tmp_path):

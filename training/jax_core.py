@@ -57,6 +57,7 @@ program call takes and returns), its `step` counter, the `train_program()` and
 `predict_program(fn)` (compiled programs) and their `ProgramArgs`. Same `TrainSettings` as
 TensorFlow's core; not here: loss scaling (mixed_float16).
 """
+import functools
 import os
 import time
 from typing import Any, NamedTuple
@@ -354,11 +355,13 @@ class JaxTrainingCore:
                                  sharding=block_sharding())
 
         several = jax.process_count() > 1
+        # A lost process: one line whose advice follows whether this run writes checkpoints.
+        checkpoints = checkpoint_dir is not None
 
         def run_steps(step):
             nonlocal state
             num, block = blocks.next()
-            with lost_peer_as_error(several):
+            with lost_peer_as_error(several, checkpoints):
                 state, sums = program(state, block, np.int32(num), schedule_arguments)
                 return num, jax.device_get(sums)   # the call's one host read
 
@@ -385,7 +388,8 @@ class JaxTrainingCore:
                             save=save if saving else None, last_saved=last_saved,
                             log=self.log, label=label, writer=writer,
                             scalar_prefix=self.task.scalar_prefix,
-                            agree_stop=agreed_stop if several else None)
+                            agree_stop=functools.partial(agreed_stop, checkpoints=checkpoints)
+                            if several else None)
         finally:
             blocks.close()
             if not any(x.is_deleted() for x in jax.tree_util.tree_leaves(state)):

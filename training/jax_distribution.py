@@ -152,7 +152,8 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     A process that stops sending heartbeats for `peer_timeout` seconds (killed, its host lost)
     counts as lost to JAX's coordinator, which then ends the others (JAX's own lines) rather than
     leaving them waiting in a collective; a SIGTERM stops all of them at one step instead
-    (`agreed_stop`)."""
+    (`agreed_stop`). On the CPU the processes' collectives are connected before it returns, gloo's
+    lines about it kept off the console (`_connect_collectives`)."""
     if not check_process_flags(distribution, coordinator_address, num_processes, process_id,
                                timeout, peer_timeout):
         return 0, 1
@@ -190,8 +191,42 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
                             "in a TPU pod slice / SLURM / Open MPI job)") from None
     finally:
         timer.cancel()
+    _connect_collectives(jax)
     log(f"JAX distributed: process {jax.process_index()} of {jax.process_count()} ({where})")
     return jax.process_index(), jax.process_count()
+
+
+def by_process(devices):
+    """Every process's devices, process by process (`use_devices`' order)."""
+    return sorted(devices, key=lambda d: (d.process_index, d.id))
+
+
+def _connect_collectives(jax):
+    """On the CPU, the processes' collectives (gloo) connected now, gloo's lines kept off the
+    console: gloo prints `[Gloo] Rank r is connected to n peer ranks. Expected number of
+    connected peer ranks is : n` on stdout for each device of a set of devices the first time
+    that set makes a collective across processes, which a run would do in its first steps. The
+    sets a run uses: one device of each process (multihost_utils' `process_allgather`,
+    `agreed_stop`), and every device in `use_devices`' order (DataParallel's sums). A program
+    over another set prints gloo's lines when it first runs. A line where fewer peers are
+    connected than expected shows (base/command.py GLOO_CONNECTED)."""
+    if jax.process_count() < 2 or jax.devices()[0].platform != "cpu":
+        return
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from base.command import GLOO_CONNECTED, kept_off_console
+    count = jax.process_count()
+    meshes = (  # multihost_utils' mesh (its collectives span "processes"), DataParallel's
+        (Mesh(np.array(jax.devices()).reshape(count, -1), ("processes", "local")), "processes"),
+        (Mesh(np.array(by_process(jax.devices())), ("devices",)), "devices"))
+    with kept_off_console(1, GLOO_CONNECTED), lost_peer_as_error():
+        for mesh, axis in meshes:
+            rows = jax.make_array_from_process_local_data(
+                NamedSharding(mesh, PartitionSpec(axis)),
+                np.zeros(mesh.shape[axis] // count, np.int32))
+            # Every local device's part awaited: each device connects its own.
+            jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))(
+                rows).block_until_ready()
 
 
 def _coordinator_answers(address):
@@ -235,23 +270,35 @@ _PEER_LOST = re.compile(r"closed by peer|reset by peer|Gloo \w+ failed|heartbeat
 _lost = []          # non-empty once a peer was found lost: the exit skips JAX's shutdown
 
 
+class PeerLost(TrainingError):
+    """Another process of the run is gone (`peer_lost`): this one stops too, exit status 1."""
+
+
 @contextlib.contextmanager
-def lost_peer_as_error(active=True):
-    """Around a call every process makes: an error saying another process is gone becomes
-    `peer_lost`'s one-line TrainingError (where `active`); any other error propagates."""
+def lost_peer_as_error(active=True, checkpoints=True):
+    """Around calls every process makes: an error saying another process is gone becomes
+    `peer_lost`'s one-line PeerLost (where `active`; `checkpoints`: whether the run writes
+    checkpoints, which the line's advice follows); any other error propagates, and so does a
+    PeerLost from an inner one (a core's calls inside a fine-tuning run's), unchanged."""
     try:
         yield
+    except PeerLost:
+        raise
     except Exception as e:  # noqa: BLE001 -- a lost process is one line, the rest propagate
-        lost = peer_lost(e) if active else None
+        lost = peer_lost(e, checkpoints) if active else None
         if lost is None:
             raise
         raise lost from None
 
 
-def peer_lost(error):
-    """A TrainingError of one line for `error`, raised by a call every process makes, when it
-    says another process is gone; else None. Once said, this process's exit skips JAX's shutdown
-    barrier, which would wait for the lost process and then abort with a C++ stack trace."""
+def peer_lost(error, checkpoints=True):
+    """A PeerLost (a TrainingError) of one line for `error`, raised by a call every process
+    makes, when it says another process is gone; else None. The line names the lost process
+    where it can be only one (two processes: the other one; with more, gloo's error does not say
+    which). The rerun it advises: every process, resuming from process 0's last checkpoint, or,
+    for a run without `checkpoints` (fine-tuning), starting it again. Once said, this process's
+    exit skips JAX's shutdown barrier, which would wait for the lost process and then abort
+    with a C++ stack trace."""
     text = str(error).strip()
     if not _PEER_LOST.search(text):
         return None
@@ -259,9 +306,22 @@ def peer_lost(error):
         _lost.append(True)
         atexit.register(_exit_without_shutdown)     # runs before JAX's own exit handler
     first = " ".join(text.splitlines()[0].split())[:160]
-    return TrainingError(f"another process was lost (killed, or its host gone): a call with the "
-                         f"other processes failed ({first}); this one stops too. Rerun every "
-                         "process: they resume from the last checkpoint process 0 wrote")
+    rerun = ("they resume from the last checkpoint process 0 wrote" if checkpoints else
+             "this run writes no checkpoints, so it starts again")
+    return PeerLost(f"another process was lost (killed, or its host gone): a call with "
+                    f"{_the_others()} failed ({first}); this one stops too. Rerun every "
+                    f"process: {rerun}")
+
+
+def _the_others():
+    """Who a failed call was with: `process 1 of 2` (the other one of two), else `the other
+    processes`."""
+    try:
+        import jax
+        index, count = jax.process_index(), jax.process_count()
+    except Exception:  # noqa: BLE001 -- the line is said whatever JAX can still tell
+        return "the other processes"
+    return f"process {1 - index} of 2" if count == 2 else "the other processes"
 
 
 def _exit_without_shutdown():
@@ -271,14 +331,15 @@ def _exit_without_shutdown():
     os._exit(1)
 
 
-def agreed_stop(received):
+def agreed_stop(received, checkpoints=True):
     """The stop every process takes after a call, given the signal this one received (None:
     none): the first process's signal among those signalled, or None. A collective that every
     process makes after every call (training/loop.py `agree_stop`), so a SIGTERM to one process
     stops all of them at the same step, where process 0 writes the checkpoint, instead of
-    leaving the others waiting in their next call for one that has gone."""
+    leaving the others waiting in their next call for one that has gone. `checkpoints`: whether
+    the run writes checkpoints (`lost_peer_as_error`'s line when another process is gone)."""
     from jax.experimental import multihost_utils
-    with lost_peer_as_error():
+    with lost_peer_as_error(checkpoints=checkpoints):
         signals = np.ravel(multihost_utils.process_allgather(np.int32(received or 0)))
     signalled = [int(x) for x in signals if x]
     return signalled[0] if signalled else None
@@ -372,7 +433,7 @@ def use_devices(num_devices=None, log=print):
     if processes > 1:
         # Every process's devices, process by process: process p's rows of the global batch
         # are then the p-th contiguous part (`process_batches`, pre-training's input shares).
-        devices = sorted(devices, key=lambda d: (d.process_index, d.id))
+        devices = by_process(devices)
     if num_devices and processes > 1:
         raise TrainingError(f"--distribution=one_device with {processes} processes: several "
                             "processes use every device of every process")

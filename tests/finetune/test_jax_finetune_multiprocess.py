@@ -5,9 +5,13 @@ trials of 3 steps each, 64 tokens) give the same training losses (TensorBoard's 
 within 1e-5), the same results files (dev predictions and metrics, SQuAD's answers; the n-best
 probabilities within 1e-6) and the same fine-tuned MRPC models (1e-6). Every process reads the whole features and feeds its rows of each batch; the predictions
 come back to every process; process 0 alone writes (process 1's model_dir stays empty).
-TensorFlow cannot be imported in any of the processes (tests/finetune/
-test_run_finetuning_features.py's NO_TF_DRIVER)."""
+The two-process run that matches is a rerun: a first one lost process 1 to a SIGKILL between
+two trials, and process 0 ended at once with one line naming it (training/jax_distribution.py
+`lost_peer_as_error`), no traceback. TensorFlow cannot be imported in any of the processes
+(tests/finetune/test_run_finetuning_features.py's NO_TF_DRIVER)."""
 import json
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +19,7 @@ import pytest
 from tests.conftest import shared_path
 from tests.finetune.test_run_finetuning_features import TINY_MODEL, explain, start_driver
 from tests.finetune.test_squad_features import features_command
-from tests.pretrain.test_jax_multiprocess import finish, free_port
+from tests.pretrain.test_jax_multiprocess import finish, free_port, signal_after
 
 pytest.importorskip("jax")
 
@@ -52,6 +56,15 @@ def start(features, model_dir, *flags, devices):
                         "jax")
 
 
+def pair(features, model_dirs):
+    """Processes 0 and 1 of 2, 2 CPU devices each, on a free loopback port, each with its
+    model_dir."""
+    address = f"127.0.0.1:{free_port()}"
+    return [start(features, model_dirs[i], f"--coordinator_address={address}",
+                  "--num_processes=2", f"--process_id={i}", "--distributed_timeout=120",
+                  devices=2) for i in (0, 1)]
+
+
 def train_losses(run_dir):
     """train/loss of a TensorBoard run directory, by step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -84,13 +97,27 @@ def assert_close_json(a, b, path):
 def test_two_processes_match_one(features, tmp_path):
     pytest.importorskip("tensorboard")
     one_dir, two_dir, other_dir = tmp_path / "one", tmp_path / "two", tmp_path / "process1"
-    address = f"127.0.0.1:{free_port()}"
-    # All three at once: the compiles overlap the other processes' start-up.
-    procs = [start(features, one_dir, devices=4)] + [
-        start(features, two_dir if i == 0 else other_dir, f"--coordinator_address={address}",
-              "--num_processes=2", f"--process_id={i}", "--distributed_timeout=120",
-              devices=2) for i in (0, 1)]
-    one, first, second = finish(procs)
+    # The one-process run and the pair at once: the compiles overlap the others' start-up.
+    single = start(features, one_dir, devices=4)
+    # SIGKILL of process 1 once it starts MRPC's trial 2: process 0's next call with it (the
+    # trial's start, outside the training loop) fails at once, and it ends with one line naming
+    # process 1, no traceback, no C++ stack (JAX's shutdown barrier skipped).
+    procs = pair(features, (two_dir, other_dir))
+    signalled, _ = signal_after(procs[1], "mrpc trial 2/2: training", signal.SIGKILL)
+    (_, lost), _ = [proc.communicate(timeout=120) for proc in procs]
+    waited = time.time() - signalled
+    assert [proc.returncode for proc in procs] == [1, -signal.SIGKILL], lost[-3000:]
+    line = lost.strip().splitlines()[-1]
+    assert line.startswith("error: another process was lost (killed, or its host gone): a call "
+                           "with process 1 of 2 failed ("), lost[-3000:]
+    assert line.endswith("this one stops too. Rerun every process: this run writes no "
+                         "checkpoints, so it starts again"), line
+    assert lost.count("error:") == 1 and "Traceback" not in lost and "terminate" not in lost
+    assert waited < 60, waited
+    # The rerun of both trains every trial again (fine-tuning writes no checkpoints) over what
+    # the lost run wrote, and ends as the one-process run does.
+    first, second = finish(pair(features, (two_dir, other_dir)))
+    one, = finish([single])
     assert "JAX: 4 cpu device(s) (DataParallel)" in one
     for i, out in enumerate((first, second)):
         assert f"JAX distributed: process {i} of 2 (127.0.0.1:" in out
@@ -108,8 +135,9 @@ def test_two_processes_match_one(features, tmp_path):
     assert [f for f in files if f.startswith("finetuned/") and f.endswith(".safetensors")] \
         == [f"finetuned/mrpc_trial{k}/model.safetensors" for k in (1, 2)]   # GLUE's only
     board = [f.split("/")[1] for f in files if f.startswith("tensorboard/")]
-    assert [f.split("/")[1] for f in files_under(two_dir) if f.startswith("tensorboard/")] \
-        == board == runs
+    # (the lost run's event files beside the rerun's in the trials it started)
+    assert sorted({f.split("/")[1] for f in files_under(two_dir)
+                   if f.startswith("tensorboard/")}) == board == runs
     for run in runs:
         reference = train_losses(one_dir / "tensorboard" / run)
         assert sorted(reference) == list(range(1, STEPS + 1))

@@ -77,3 +77,38 @@ def test_bad_flags_never_reach_jax(monkeypatch):
                                                       "port")):
         start_processes(None, "localhost", 2, 1, 7, log=said.append)
     assert said == []
+
+
+def test_a_lost_process_is_one_line_naming_it(monkeypatch):
+    """`lost_peer_as_error`: gloo's error of a call with a lost process becomes one PeerLost line
+    naming it (of two), whose rerun advice follows whether the run writes checkpoints; an outer
+    wrapper (fine-tuning's, around the core's) passes it on unchanged; other errors, and any
+    where inactive, propagate as they are."""
+    import jax
+    from training import jax_distribution
+    from training.jax_distribution import PeerLost, lost_peer_as_error
+    monkeypatch.setattr(jax_distribution, "_lost", [True])   # no exit hook in the test process
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    gloo = RuntimeError("UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error "
+                        "[127.0.0.1]:1234: Connection reset by peer\nsecond line")
+    with pytest.raises(PeerLost) as lost:
+        with lost_peer_as_error(checkpoints=True):         # fine-tuning's, around the core's
+            with lost_peer_as_error(checkpoints=False):
+                raise gloo
+    assert str(lost.value) == (
+        "another process was lost (killed, or its host gone): a call with process 0 of 2 failed "
+        "(UNKNOWN: Gloo AllGather failed: [pair.cc:538] Read error [127.0.0.1]:1234: Connection "
+        "reset by peer); this one stops too. Rerun every process: this run writes no "
+        "checkpoints, so it starts again")
+    monkeypatch.setattr(jax, "process_count", lambda: 3)
+    with pytest.raises(PeerLost, match="a call with the other processes failed .*; this one "
+                                       "stops too. Rerun every process: they resume from the "
+                                       "last checkpoint process 0 wrote$"):
+        with lost_peer_as_error():
+            raise gloo
+    for active, error in ((True, ValueError("bad shape")), (False, gloo)):
+        with pytest.raises(type(error)) as raised:
+            with lost_peer_as_error(active):
+                raise error
+        assert raised.value is error
