@@ -1,8 +1,10 @@
 """K steps per compiled call of the JAX core (training/jax_core.py) are K single steps: 20 steps of
 the replaced-token-detection task (a tiny ConvBERT generator + discriminator, masking, sampling
-and dropout on) and of a GLUE task (RTE, dropout on) at K = 1, 4 and 3 (3 does not divide 20, so
-calls of fewer steps run on padded blocks) give the same per-window metrics and the same trained
-variables. One subprocess, KERAS_BACKEND=jax with `tensorflow` unimportable.
+and dropout on) and of a GLUE task (RTE, dropout on) at K = 1 and 3 (3 does not divide 20: six calls of the
+3-step program, then one of fewer steps on a padded block) give the same per-window metrics and
+the same trained variables. One subprocess, KERAS_BACKEND=jax with `tensorflow` unimportable.
+(K = 4, which divides 20, ran here too until 2026-11-28: bitwise equal for GLUE, within the same
+bounds as K = 3 for RTD; K = 3 runs every path it ran.)
 
 Measured on the 2-core CPU VM (2026-11-27, JAX 0.10.2): GLUE at K = 4 bitwise equal; at K = 3
 the variables bitwise equal and the window metrics within 7e-8 relative (a window of calls of 3
@@ -83,7 +85,7 @@ rng_labels = np.random.default_rng(1).integers(0, 2, n).astype(np.int32)
 import time
 out = {}
 for name, fn in (("rtd", rtd), ("glue", glue)):
-    for k in (1, 4, 3):
+    for k in (1, 3):
         started = time.time()
         out[f"{name}_{k}"] = fn(k)
         print(f"{name} k={k}: {time.time() - started:.1f}s", file=sys.stderr)
@@ -104,7 +106,7 @@ def _close(a, b):
 
 
 @pytest.mark.parametrize("task", ["rtd", "glue"])
-@pytest.mark.parametrize("k", [4, 3])
+@pytest.mark.parametrize("k", [3])
 def test_k_steps_per_call_are_k_single_steps(runs, task, k):
     one, many = runs[f"{task}_1"], runs[f"{task}_{k}"]
     assert [h["step"] for h in one["history"]] == [5, 10, 15, 20]
