@@ -107,16 +107,13 @@ def write_keras_hub_preset():
 
 
 def convert_keras_hub_preset(config):
-    """A KerasHub preset as --input, written as --format (keras, hf, tf1): its backbone."""
+    """A KerasHub preset as --input, written as --format (keras, hf, tf1): its backbone, read
+    without KerasHub (model/checkpoints.py `read_keras_hub_preset`)."""
     from model import ConvBertModel
-    from model.checkpoints import assign_weights
+    from model.checkpoints import assign_weights, read_keras_hub_preset
     errors = _keras_hub_errors()
     try:
-        from keras_hub_convbert.presets import read_preset
-    except ImportError as e:
-        fail(f"{FLAGS.input} is a KerasHub preset: reading it needs KerasHub ({e})")
-    try:
-        fmt, saved, tensors = read_preset(FLAGS.input)
+        fmt, saved, tensors = read_keras_hub_preset(FLAGS.input, ConvBertModel)
         model = ConvBertModel(config or saved)
         assign_weights(model.weight_map(), tensors, where=FLAGS.input)
         written = model.save_pretrained(FLAGS.output, format=FLAGS.format)
