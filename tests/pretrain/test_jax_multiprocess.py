@@ -5,7 +5,8 @@ CPU devices does, the losses of 10 steps within 1e-5; each process reads its own
 (input_shares 2: the one-process run reads the same two shares), process 0 alone writes the
 model_dir. A SIGKILL of process 1 ends process 0 at once with one line (its next call with process 1
 fails), its checkpoint whole; a SIGTERM to process 1 alone stops both at one step (agreed after
-every call), where process 0 writes the checkpoint both name; a rerun of both resumes exactly.
+every call), where process 0 writes the checkpoint both name; a rerun of both resumes and ends bit
+for bit as the pair never interrupted (losses, final checkpoint, exports).
 Loopback only; TensorFlow cannot be imported in any of the processes."""
 import json
 import signal
@@ -127,6 +128,16 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     for out in finish(pair(tiny_data, stopped_dir)):
         assert f"ckpt-{stop}.safetensors at step {stop}" in out
     np.testing.assert_allclose(losses(stopped_dir), reference[stop:], rtol=1e-5)
+    # ... and bit for bit as the pair never interrupted (two_dir): every loss after the resume,
+    # the final checkpoint (weights, Adam slots, step, examples) and the exports.
+    assert losses(stopped_dir) == losses(two_dir)[stop:]
+    final = f"jax_checkpoints/ckpt-{STEPS}.safetensors"
+    assert (stopped_dir / final).read_bytes() == (two_dir / final).read_bytes()
+    for part in ("discriminator", "generator"):
+        for path in sorted((two_dir / part).rglob("*")):
+            if path.is_file():
+                again = stopped_dir / path.relative_to(two_dir)
+                assert again.read_bytes() == path.read_bytes(), again
 
 
 def test_input_shares(tiny_data, monkeypatch):  # noqa: F811
