@@ -96,8 +96,11 @@ def test_width_then_depth_end_to_end(setup, capsys):
     config, tensors, _ = load_finetuned(str(teacher_dir), "mrpc")
     assert "task_specific/mrpc/dense/kernel" in tensors      # fine-tuning saved the head
     out = root / "run"
-    assert main(elastic_args(glue_dir, vocab, teacher_dir, out, "no_grid")) == 0
-    for phase, configs in (("width", 3), ("depth", 6)):
+    # two widths (the full one and the narrowest): every phase's loop over sub-networks,
+    # 2 of them in the width phase and 2 x 2 in the depth phase
+    assert main(elastic_args(glue_dir, vocab, teacher_dir, out, "no_grid",
+                             width_list="1,0.25")) == 0
+    for phase, configs in (("width", 2), ("depth", 4)):
         summary = json.loads((out / "seed_0" / phase / "summary.json").read_text())
         history = summary["history"]
         assert summary["phase"] == phase and history[-1]["step"] == 4
@@ -118,7 +121,8 @@ def test_width_then_depth_end_to_end(setup, capsys):
     assert encoder.config.num_hidden_layers == TINY_MODEL["num_hidden_layers"]
     # a rerun skips finished phases
     capsys.readouterr()
-    assert main(elastic_args(glue_dir, vocab, teacher_dir, out, "no_grid")) == 0
+    assert main(elastic_args(glue_dir, vocab, teacher_dir, out, "no_grid",
+                             width_list="1,0.25")) == 0
     assert "already finished" in capsys.readouterr().out
 
 
