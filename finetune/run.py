@@ -270,9 +270,13 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
     # Several JAX processes: a call with one that was lost (killed, its host gone) anywhere in
     # the tasks (a trial's start, training, predictions) is one line and exit 1 on the others
     # (training/jax_distribution.py `lost_peer_as_error`; fine-tuning writes no checkpoints:
-    # the rerun trains again), never a traceback and JAX's abort.
-    with peers_lost:
+    # the rerun trains again), never a traceback and JAX's abort. SIGTERM / SIGINT between the
+    # training loops (a trial's start, its predictions) end the run with one line too
+    # (training/loop.py `StopAtOnce`; inside a loop, the loop's own stop).
+    from training.loop import StopAtOnce
+    with peers_lost, StopAtOnce() as stopping:
         for task in tasks:
+            stopping.where = task
             hp = base_hp.for_task(task)
             check_sequence_length(source, hp.max_seq_length, task)
             if task in QA_TASKS:

@@ -25,7 +25,9 @@ owns what is the same on every backend:
 * saves every `save_every` steps and at the end (also when there was nothing left to train);
 * SIGTERM / SIGINT (a TPU or spot preemption notice, Ctrl-C): the current compiled call
   finishes, a checkpoint of that step is saved and the run stops with `Interrupted` (exit code
-  128 + the signal's number in the drivers); rerunning the same command resumes from it;
+  128 + the signal's number in the drivers); rerunning the same command resumes from it
+  (`StopSignals`; between the loops of a run that writes no checkpoints, fine-tuning's
+  predictions and trial starts: `StopAtOnce`);
 * the run summary's common fields.
 """
 import dataclasses
@@ -79,6 +81,23 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         return False
+
+
+class StopAtOnce(StopSignals):
+    """Around a run that writes no checkpoints (fine-tuning), outside its training loops (a
+    trial's start, its predictions): SIGTERM / SIGINT stop it at once with one line,
+    `Interrupted` (exit 128 + the signal), instead of Python's defaults (SIGTERM: gone without a
+    word; SIGINT: a KeyboardInterrupt traceback). `where` (set as the run goes) says what was
+    running. A training loop's StopSignals takes the signals while it runs and gives them back."""
+
+    def __init__(self, where=""):
+        super().__init__()
+        self.where = where
+
+    def _handle(self, signum, frame):
+        prefix = f"{self.where}: " if self.where else ""
+        raise Interrupted(f"{prefix}stopped by {signal.Signals(signum).name}; this run writes no "
+                          "checkpoints: rerun the same command to start it again", signum)
 
 
 def steps_this_call(settings, step):

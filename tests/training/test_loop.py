@@ -3,6 +3,7 @@ logs, saves and stops, what its records and summary hold, and that it needs no T
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -183,3 +184,34 @@ def test_the_loop_needs_no_tensorflow():
     env = dict(os.environ, KERAS_BACKEND="jax")   # the JAX path's environment
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_stop_at_once_between_loops_is_one_line_and_gives_the_handlers_back():
+    """Fine-tuning outside its training loops (a trial's start, its predictions): SIGTERM is one
+    line and exit 143 at once (Python's default: gone without a word); inside a loop the loop's
+    StopSignals takes the signal and gives StopAtOnce's handler back after."""
+    import signal
+
+    from training.loop import Interrupted, StopAtOnce, StopSignals
+
+    def wait_for(condition):
+        deadline = time.time() + 5
+        while not condition() and time.time() < deadline:
+            time.sleep(0.01)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped:
+        with StopAtOnce("mrpc"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_for(lambda: False)          # the handler raises at the next bytecode
+    assert str(stopped.value) == ("mrpc: stopped by SIGTERM; this run writes no checkpoints: "
+                                  "rerun the same command to start it again")
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    with StopAtOnce("rte") as outside:
+        with StopSignals() as loop:
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_for(lambda: loop.received is not None)
+        assert loop.received == signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) == outside._handle
+    assert signal.getsignal(signal.SIGINT) is not outside._handle
