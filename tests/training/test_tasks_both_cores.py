@@ -94,9 +94,9 @@ config = ConvBertConfig(vocab_size=V, hidden_size=32, embedding_size=32, num_hid
                         attention_probs_dropout_prob=0.0)
 
 
-def pretraining(electra):
+def pretraining():
     hp = make_hparams("tiny", {"vocab_size": V, "max_seq_length": T, "train_batch_size": B,
-                               "electra_objective": electra, "seed": 3})
+                               "seed": 3})
     task = Pretraining(hp, [], V)
     ids = np.arange(4 * B, dtype=np.int64).reshape(4, B)
     task.fixed = [dict(b, example_id=ids[i]) for i, b in enumerate(batches(2, lambda: {}))]
@@ -162,7 +162,7 @@ def dynabert():
 
 init_path = os.path.join(out, "init_{}.npz")
 results = {}
-for name, make in (("rtd", lambda: pretraining(True)), ("squad", squad),
+for name, make in (("rtd", pretraining), ("squad", squad),
                    ("lm", language_model), ("dynabert", dynabert)):
     task, steps = make()
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm
