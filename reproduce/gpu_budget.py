@@ -110,8 +110,8 @@ class GpuRun:
     def stage(self, name, fn):
         """fn(), its wall added to `stage_seconds[name]`."""
         start = time.time()
+        self.current_stage = name      # before its line: a stop seen after the line names it
         self.log(f"== {name}")
-        self.current_stage = name
         value = fn()
         self.stage_seconds[name] = round(self.stage_seconds.get(name, 0.0)
                                          + time.time() - start, 1)

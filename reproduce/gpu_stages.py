@@ -282,6 +282,45 @@ def heldout_seconds(models, inputs, log):
 
 
 # ------------------------------------------------------------------------------ 5. pre-training
+class HeldoutPoints:
+    """One model's held-out points in step order: (step, metrics, snapshot of the variables).
+    Their metrics go to heldout_points.jsonl beside the model as each is scored, so a run
+    stopped mid-way keeps them: its rerun resumes from the stop's checkpoint and scores only the
+    points after it, and the collapse check and the curve still see every point (those from
+    before the stop without a snapshot: no `disc_auc_last_gen`)."""
+
+    FILE = "heldout_points.jsonl"
+
+    def __init__(self, model_dir):
+        self.path = os.path.join(model_dir, self.FILE)
+        self.points = []
+        if fileio.exists(self.path):
+            for line in fileio.read_text(self.path).splitlines():
+                metrics = json.loads(line)
+                self.points.append((metrics.pop("step"), metrics, None))
+
+    def add(self, step, metrics, values):
+        """A point scored now; one of an earlier run at or after `step` is from steps this run
+        trains again (it resumed from an earlier checkpoint, or from none), so it goes."""
+        self.points = [p for p in self.points if p[0] < step] + [(step, dict(metrics), values)]
+        fileio.write_text_atomic(self.path, "".join(
+            json.dumps({"step": s, **m}) + "\n" for s, m, _ in self.points))
+
+    def aucs(self):
+        """[(step, disc AUC)]: what `collapse` reads."""
+        return [(s, m["disc_auc"]) for s, m, _ in self.points]
+
+    def last_step(self):
+        return self.points[-1][0]
+
+    def curve(self, discriminate):
+        """heldout_curve.jsonl's rows; `discriminate(snapshot)`: the point's AUC on the fixed
+        corruption, for the points that have their snapshot."""
+        return [{"step": s, **m, **({} if values is None else
+                                    {"disc_auc_last_gen": discriminate(values)})}
+                for s, m, values in self.points]
+
+
 class Pretraining:
     """One model's pre-training for the planned steps: the training core's `fit_task` on the
     bundle's arrays; every 1/`evaluations` of the run the fixed held-out batch is scored (a
@@ -314,14 +353,14 @@ class Pretraining:
         fileio.makedirs(model_dir)
         hp.to_json(os.path.join(model_dir, "hparams.json"))
         scorer = self.models.heldout_scorer(model, self.inputs.heldout)
-        points = []      # (step, metrics, snapshot of the variables)
+        points = HeldoutPoints(model_dir)
 
         def score(step_done):
             metrics = scorer.evaluate()
-            points.append((step_done, metrics, heldout_eval.snapshot(pretrainer)))
+            points.add(step_done, metrics, heldout_eval.snapshot(pretrainer))
             self.log(f"{model} step {step_done}: held-out gen acc "
                      f"{metrics['gen_accuracy']:.3f}, disc AUC {metrics['disc_auc']:.3f}")
-            why = collapse([(p[0], p[1]["disc_auc"]) for p in points], steps, recipe)
+            why = collapse(points.aucs(), steps, recipe)
             if why:
                 raise PretrainingCollapsed(why)
 
@@ -349,18 +388,15 @@ class Pretraining:
         """heldout_curve.jsonl: every point, and each point's discriminator on one fixed
         corruption (the last generator's)."""
         last = scorer.corrupt()
-        lines = []
-        for step_done, metrics, values in points:
-            fixed = scorer.discriminate(last, values=values)["disc_auc"]
-            lines.append(json.dumps({"step": step_done, **metrics, "disc_auc_last_gen": fixed}))
+        lines = points.curve(lambda values: scorer.discriminate(last, values=values)["disc_auc"])
         fileio.write_text_atomic(os.path.join(model_dir, "heldout_curve.jsonl"),
-                                 "\n".join(lines) + "\n")
+                                 "\n".join(json.dumps(line) for line in lines) + "\n")
 
     def stopped(self, model, model_dir, reason, points, core, hp, started):
         """The record of a pre-training stopped by `collapse` (also kept in collapsed.json, so a
         rerun neither trains it again nor fine-tunes it)."""
         from reproduce.report import read_jsonl
-        step = points[-1][0]
+        step = points.last_step()
         wall = time.time() - started
         self.log(f"{model}: pre-training stopped at step {step}: {reason}; it is not fine-tuned")
         record = {"global_step": step, "collapsed": reason,

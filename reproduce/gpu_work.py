@@ -10,7 +10,8 @@ rerun finds done.
                                            its compile stage (a call adds its own)
       gpu_run.log                          every call's console, appended (scripts/gpu_run.sh;
                                            --fresh starts it anew)
-      pretrain/{convbert,electra}/         pretraining_summary.json, heldout_curve.jsonl, the
+      pretrain/{convbert,electra}/         pretraining_summary.json, heldout_curve.jsonl,
+                                           heldout_points.jsonl (each point as scored), the
                                            exported discriminator, jax_checkpoints/;
                                            collapsed.json when the collapse stop ended it
       finetune/{convbert,electra,random}/  results/<task>_dev_metrics_trial<N>.json (the layout

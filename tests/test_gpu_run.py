@@ -94,8 +94,37 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
         assert ".venv" not in line and "site-packages" not in line, line
         return done.stdout
 
+    def cut(number, results, at, *extra):
+        """The call stopped by SIGTERM to the script (as a device tool's time limit) once its
+        console shows a line starting with `at`: its console text."""
+        stopping = subprocess.Popen(
+            ["bash", "scripts/gpu_run.sh", "--rehearse", f"--call={number}",
+             f"--bundle_dir={here}", f"--output_dir={results}", f"--work_dir={work}", *extra],
+            cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env)
+        lines = []
+        for line in stopping.stdout:
+            lines.append(line)
+            if line.split("] ", 1)[-1].startswith(at):
+                stopping.send_signal(signal.SIGTERM)
+        assert stopping.wait(timeout=300) == 128 + signal.SIGTERM, "".join(lines[-20:])
+        text = "".join(lines)
+        assert "Traceback" not in text and \
+            "gpu_run.sh: stopped by SIGTERM; rerun the same command to continue" in text
+        assert (results / "jax_cache.tar.gz").exists()
+        return text
+
+    # call 1 stopped between its pre-training stages, then run again: it continues (ConvBERT's
+    # pre-training done, not run again), and nothing compiles after its compile stage
     first, second = root / "out1", root / "out2"
+    text = cut(1, root / "out1_cut", "== pretrain_electra")
+    assert "stopped by SIGTERM in stage pretrain_electra" in text
+    assert "**Call 1 stopped by SIGTERM in stage pretrain_electra" in (
+        root / "out1_cut" / "results.md").read_text()
+    # the plan splits the window: pre-training and seed 1 here, seeds 2 and 3 in call 2
+    assert "plan: 50 pre-training steps per model" in text and "in call 2" in text
     stdout = call(1, first)
+    assert "convbert: pre-trained (50 steps), skipped" in stdout
     assert sorted(p.name for p in first.iterdir()) == sorted(
         ["results.json", "results.md", "throughput.json", "pretraining_curves.png",
          "glue_scores.png", "gpu_run.log", "jax_cache.tar.gz"])
@@ -105,13 +134,11 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     assert packed and packed == sorted(p.name for p in cache.glob("*-cache"))
     data = json.loads((first / "results.json").read_text())
     plan = data["plan"]
-    # the plan splits the window: pre-training and seed 1 here, seeds 2 and 3 in call 2
     assert plan["calls"]["1"]["seeds"] == [1] and plan["calls"]["2"]["seeds"] == [2, 3]
     assert plan["steps"] == REHEARSAL.max_pretrain_steps      # the CPU's cap
-    assert "plan: 50 pre-training steps per model" in stdout and "in call 2" in stdout
-    # compiled once: nothing after the compile stage, and the throughput stage timed the
-    # training program (25-step calls)
-    assert data["calls"][-1]["compiles_after_compile_stage"] == []
+    # compiled once: nothing after the compile stage (in either run of call 1), and the
+    # throughput stage timed the training program (25-step calls)
+    assert [c["compiles_after_compile_stage"] for c in data["calls"]] == [[], []]
     assert "outputs: all present" in stdout
     md = (first / "results.md").read_text()
     assert md.startswith("# What pre-training buys on GLUE: GPU run, recipe `rehearsal` (its "
@@ -130,33 +157,22 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     # call 2 on the same work folder, its compile cache from call 1's archive alone; stopped by
     # SIGTERM (a time limit) while it fine-tunes, then run again: it continues
     shutil.rmtree(cache)
-    cut = root / "out2_cut"
-    stopping = subprocess.Popen(
-        ["bash", "scripts/gpu_run.sh", "--rehearse", "--call=2", f"--bundle_dir={here}",
-         f"--output_dir={cut}", f"--work_dir={work}",
-         f"--compile_cache={first / 'jax_cache.tar.gz'}"],
-        cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines = []
-    for line in stopping.stdout:
-        lines.append(line)
-        if "seed 2: training" in line:
-            stopping.send_signal(signal.SIGTERM)      # the script, as a time limit would
-    assert stopping.wait(timeout=300) == 128 + signal.SIGTERM, "".join(lines[-20:])
-    text = "".join(lines)
+    text = cut(2, root / "out2_cut", "convbert cola seed 2: training",
+               f"--compile_cache={first / 'jax_cache.tar.gz'}")
     assert f"jax_cache.tar.gz unpacked into {cache}" in text
-    assert "stopped by SIGTERM in stage finetune" in text and "Traceback" not in text
-    assert "gpu_run.sh: stopped by SIGTERM; rerun the same command to continue" in text
-    assert (cut / "jax_cache.tar.gz").exists() and "**Call 2 stopped by SIGTERM in stage " \
-        "finetune" in (cut / "results.md").read_text()
+    assert "stopped by SIGTERM in stage finetune" in text
+    assert "**Call 2 stopped by SIGTERM in stage finetune" in (
+        root / "out2_cut" / "results.md").read_text()
     stdout = call(2, second)
     assert "throughput from" in stdout and ("pre-training stopped earlier" in stdout
                                             or "pre-trained (50 steps), skipped" in stdout)
     data = json.loads((second / "results.json").read_text())
-    assert [c["call"] for c in data["calls"]] == [1, 2, 2]
-    assert [c["finished"] for c in data["calls"]] == [True, False, True]
+    assert [c["call"] for c in data["calls"]] == [1, 1, 2, 2]
+    assert [c["finished"] for c in data["calls"]] == [False, True, False, True]
     assert all(c["compiles_after_compile_stage"] == [] for c in data["calls"])
     log = (second / "gpu_run.log").read_text()
-    assert log.index("=== call 1") < log.index("=== call 2") < log.index("gpu_run.sh: stopped") \
+    assert log.index("=== call 1") < log.index("gpu_run.sh: stopped") < log.rindex(
+        "=== call 1") < log.index("=== call 2") < log.rindex("gpu_run.sh: stopped") \
         < log.rindex("=== call 2")                   # appended, not overwritten
     stopped = {m for m, p in data["pretraining"].items() if p.get("collapsed")}
     for model, p in data["pretraining"].items():
@@ -474,6 +490,33 @@ def test_collapse_stop_and_the_answer_lines():
     assert compare_models(glue, "convbert", "electra") == {
         "sst": {"difference": 3.0, "beyond_spread": True},
         "rte": {"difference": 2.0, "beyond_spread": False}}        # one seed: no spread
+
+
+def test_heldout_points_survive_a_stop(tmp_path):
+    """A pre-training stopped mid-way keeps the held-out points it scored: the rerun resumes
+    from the stop's checkpoint and scores the points after it, and the collapse check and the
+    curve see them all; a point from steps the rerun trains again is replaced."""
+    from reproduce.gpu_stages import HeldoutPoints
+    first = HeldoutPoints(str(tmp_path))
+    for step, auc in ((25, 0.61), (50, 0.72), (75, 0.8)):
+        first.add(step, {"disc_auc": auc, "gen_accuracy": 0.1}, values=f"snapshot {step}")
+    # stopped after step 75's point, its checkpoint at step 60: the rerun scores 75 again
+    again = HeldoutPoints(str(tmp_path))
+    assert again.aucs() == [(25, 0.61), (50, 0.72), (75, 0.8)]
+    again.add(75, {"disc_auc": 0.81, "gen_accuracy": 0.2}, values="snapshot 75")
+    again.add(100, {"disc_auc": 0.83, "gen_accuracy": 0.3}, values="snapshot 100")
+    assert again.aucs() == [(25, 0.61), (50, 0.72), (75, 0.81), (100, 0.83)]
+    assert again.last_step() == 100
+    rows = again.curve(lambda values: len(values))
+    assert [("disc_auc_last_gen" in r, r["step"]) for r in rows] == [
+        (False, 25), (False, 50), (True, 75), (True, 100)]
+    assert rows[3] == {"step": 100, "disc_auc": 0.83, "gen_accuracy": 0.3,
+                       "disc_auc_last_gen": len("snapshot 100")}
+    assert HeldoutPoints(str(tmp_path)).aucs() == again.aucs()      # on disk as scored
+    # a rerun from no checkpoint at all (stopped before the first): every point again
+    fresh = HeldoutPoints(str(tmp_path))
+    fresh.add(25, {"disc_auc": 0.6, "gen_accuracy": 0.1}, values="s")
+    assert fresh.aucs() == [(25, 0.6)]
 
 
 def test_work_folder_belongs_to_one_run(tmp_path):
