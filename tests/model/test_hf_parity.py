@@ -3,12 +3,18 @@ import numpy as np
 import pytest
 
 from model import ConvBertMaskedLM
+from tests.conftest import THIS_PASS, TWO_PASSES
 from tests.model.conftest import model_inputs, reference_outputs
 
 TOLERANCE = {"small": 1e-5, "medium-small": 1e-5, "k7_g3": 1e-5, "base": 1e-4}
+# Base has small's layers at a larger width (a 440 MB reference to write and read): checked in
+# the TensorFlow pass; the JAX pass checks the three smaller rows (and tests/model/test_backends.py
+# that both backends give the same outputs).
+BASE = pytest.param("base", marks=pytest.mark.skipif(
+    TWO_PASSES and THIS_PASS != "tensorflow", reason="base's parity: the TensorFlow pass"))
 
 
-@pytest.mark.parametrize("name", ["small", "medium-small", "k7_g3", "base"])
+@pytest.mark.parametrize("name", ["small", "medium-small", "k7_g3", BASE])
 def test_every_layer_and_mlm_logits_match_transformers(hf_reference, name):
     ref_dir = hf_reference(name)
     ref = reference_outputs(ref_dir)
