@@ -85,7 +85,7 @@ def jax_run_options(FLAGS):
                                   FLAGS.gcp_project, FLAGS.num_cpu_devices)
     join = functools.partial(start_processes, FLAGS.distribution, FLAGS.coordinator_address,
                              FLAGS.num_processes, FLAGS.process_id, FLAGS.distributed_timeout,
-                             log=say, peer_timeout=FLAGS.peer_timeout)
+                             log=say, peer_timeout=FLAGS.peer_timeout, checkpoints=False)
     enable_compile_cache(FLAGS.jax_cache_dir, log=say)
     return {"num_devices": num_devices, "join_processes": join}
 

@@ -134,7 +134,8 @@ def _waiting_line(coordinator_address, num_processes, process_id, timeout):
 
 
 def start_processes(distribution=None, coordinator_address=None, num_processes=None,
-                    process_id=None, timeout=None, log=print, peer_timeout=None):
+                    process_id=None, timeout=None, log=print, peer_timeout=None,
+                    checkpoints=True):
     """Several processes (hosts) on JAX's own runtime: `jax.distributed.initialize` from the
     flags, or, with --distribution=multi_worker alone, from the environment (JAX's detection:
     TPU pod slices, SLURM, Open MPI). Call it before any JAX computation (after
@@ -153,7 +154,9 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
     counts as lost to JAX's coordinator, which then ends the others (JAX's own lines) rather than
     leaving them waiting in a collective; a SIGTERM stops all of them at one step instead
     (`agreed_stop`). On the CPU the processes' collectives are connected before it returns, gloo's
-    lines about it kept off the console (`_connect_collectives`)."""
+    lines about it kept off the console (`_connect_collectives`); a process lost meanwhile is
+    `lost_peer_as_error`'s line, whose advice follows `checkpoints` (whether the run writes
+    them: fine-tuning does not)."""
     if not check_process_flags(distribution, coordinator_address, num_processes, process_id,
                                timeout, peer_timeout):
         return 0, 1
@@ -191,7 +194,7 @@ def start_processes(distribution=None, coordinator_address=None, num_processes=N
                             "in a TPU pod slice / SLURM / Open MPI job)") from None
     finally:
         timer.cancel()
-    _connect_collectives(jax)
+    _connect_collectives(jax, checkpoints)
     log(f"JAX distributed: process {jax.process_index()} of {jax.process_count()} ({where})")
     return jax.process_index(), jax.process_count()
 
@@ -201,7 +204,7 @@ def by_process(devices):
     return sorted(devices, key=lambda d: (d.process_index, d.id))
 
 
-def _connect_collectives(jax):
+def _connect_collectives(jax, checkpoints=True):
     """On the CPU, the processes' collectives (gloo) connected now, gloo's lines kept off the
     console: gloo prints `[Gloo] Rank r is connected to n peer ranks. Expected number of
     connected peer ranks is : n` on stdout for each device of a set of devices the first time
@@ -219,7 +222,7 @@ def _connect_collectives(jax):
     meshes = (  # multihost_utils' mesh (its collectives span "processes"), DataParallel's
         (Mesh(np.array(jax.devices()).reshape(count, -1), ("processes", "local")), "processes"),
         (Mesh(np.array(by_process(jax.devices())), ("devices",)), "devices"))
-    with kept_off_console(1, GLOO_CONNECTED), lost_peer_as_error():
+    with kept_off_console(1, GLOO_CONNECTED), lost_peer_as_error(checkpoints=checkpoints):
         for mesh, axis in meshes:
             rows = jax.make_array_from_process_local_data(
                 NamedSharding(mesh, PartitionSpec(axis)),
