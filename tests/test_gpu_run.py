@@ -121,6 +121,10 @@ def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     assert "stopped by SIGTERM in stage pretrain_electra" in text
     assert "**Call 1 stopped by SIGTERM in stage pretrain_electra" in (
         root / "out1_cut" / "results.md").read_text()
+    # what the stages before the stop made (no fine-tuning yet: no GLUE figure)
+    assert sorted(p.name for p in (root / "out1_cut").iterdir()) == sorted(
+        ["results.json", "results.md", "throughput.json", "pretraining_curves.png",
+         "gpu_run.log", "jax_cache.tar.gz"])
     # the plan splits the window: pre-training and seed 1 here, seeds 2 and 3 in call 2
     assert "plan: 50 pre-training steps per model" in text and "in call 2" in text
     stdout = call(1, first)
