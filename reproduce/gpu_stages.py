@@ -292,12 +292,9 @@ class HeldoutPoints:
     FILE = "heldout_points.jsonl"
 
     def __init__(self, model_dir):
+        from reproduce.report import read_jsonl
         self.path = os.path.join(model_dir, self.FILE)
-        self.points = []
-        if fileio.exists(self.path):
-            for line in fileio.read_text(self.path).splitlines():
-                metrics = json.loads(line)
-                self.points.append((metrics.pop("step"), metrics, None))
+        self.points = [(m.pop("step"), m, None) for m in read_jsonl(self.path)]
 
     def add(self, step, metrics, values):
         """A point scored now; one of an earlier run at or after `step` is from steps this run
