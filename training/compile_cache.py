@@ -29,6 +29,11 @@ What can go wrong with it never stops a run: it compiles instead, and says why i
   never replace it (its cache writes only absent entries). `enable_compile_cache` makes that
   one line, removes the entry, and JAX writes the program it compiles in its place.
 - A directory that cannot be created or written: off, in one line.
+
+Several processes (jax.distributed) on the CPU: JAX writes process 0's programs alone, and there
+a program's entry holds its process's devices, so the others would compile everything again in
+every run; `enable_compile_cache` makes every process write its own there (elsewhere JAX's rule
+stays: on GPUs its keys are the same in every process).
 """
 import logging
 import os
@@ -165,6 +170,7 @@ def enable_compile_cache(path=None, log=print, environ=None):
     _applied = (directory,)
     if directory is not None:
         _guard_cache_reads(log)
+        _write_from_every_cpu_process()
     if directory is None:
         if not problem:
             log(f"JAX compilation cache: off ({source})")
@@ -205,6 +211,49 @@ def _guard_cache_reads(log):
 
 
 _read_log = print
+
+
+def _write_from_every_cpu_process():
+    """JAX's writing of one entry, wrapped: on the CPU, every process of a multi-process run
+    writes the programs it compiled, not process 0 alone. JAX keeps the others from writing so
+    that they do not contend for the same entries (on GPUs every process's key is process 0's);
+    on the CPU each process's key holds its own devices' topology (jax 0.10.2
+    `_hash_accelerator_config`), so process 0's entries are never another process's and, unless
+    it writes its own, every later run of that process compiles everything again (measured: the
+    tiny pre-training step, 7-8 s of CPU on each rerun of process 1 of 2). JAX's own rules
+    otherwise (no program with host callbacks, the minimum compile time and entry size)."""
+    try:
+        from jax._src import compiler, distributed
+        from jax._src import compilation_cache as jax_cache
+    except ImportError:          # another JAX layout: JAX's own behaviour
+        return
+    write = getattr(compiler, "_cache_write", None)
+    if write is None or getattr(write, "_convbert_every_cpu_process", False):
+        return
+
+    def _cache_write(*args, **kwargs):
+        # Any call that is not jax 0.10's six positional arguments goes to JAX's own write
+        # untouched (another JAX version's signature never breaks a run).
+        import jax
+        if len(args) != 6 or kwargs:
+            return write(*args, **kwargs)
+        cache_key, compile_time_secs, module_name, backend, executable, host_callbacks = args
+        process = getattr(distributed.global_state, "process_id", 0)
+        if (process == 0 or getattr(backend, "platform", None) != "cpu" or host_callbacks or
+                compile_time_secs < jax.config.jax_persistent_cache_min_compile_time_secs):
+            return write(*args)
+        try:
+            jax_cache.put_executable_and_time(cache_key, module_name, executable, backend,
+                                              int(compile_time_secs))
+        except Exception as e:  # noqa: BLE001 - JAX's own write warns and goes on likewise
+            if jax.config.jax_raise_persistent_cache_errors:
+                raise
+            import warnings
+            warnings.warn(f"Error writing persistent compilation cache entry for "
+                          f"'{module_name}': {type(e).__name__}: {e}")
+
+    _cache_write._convbert_every_cpu_process = True
+    compiler._cache_write = _cache_write
 
 
 def _damaged_entry(cache_key, error):

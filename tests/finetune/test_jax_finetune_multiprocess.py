@@ -1,13 +1,16 @@
 """Fine-tuning on several JAX processes (issue 50 item 3): run_finetuning.py --features_dir on
 KERAS_BACKEND=jax as 2 processes x 2 CPU devices, joined on loopback (training/jax_distribution.py
-`start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model, 2
-trials of 3 steps each, 64 tokens) give the same training losses (TensorBoard's train/loss,
-within 1e-5), the same results files (dev predictions and metrics, SQuAD's answers; the n-best
-probabilities within 1e-6) and the same fine-tuned MRPC models (1e-6). Every process reads the whole features and feeds its rows of each batch; the predictions
-come back to every process; process 0 alone writes (process 1's model_dir stays empty).
+`start_processes`), against 1 process x 4 CPU devices: MRPC and SQuAD 1.1 (a tiny model of one
+layer, 2 trials of 3 steps each, 64 tokens) give the same training losses (TensorBoard's
+train/loss, within 1e-5), the same results files (dev predictions and metrics, SQuAD's answers;
+the n-best probabilities within 1e-6) and the same fine-tuned MRPC models (1e-6). Every process
+reads the whole features and feeds its rows of each batch; the predictions come back to every
+process; process 0 alone writes (process 1's model_dir stays empty).
 The two-process run that matches is a rerun: a first one lost process 1 to a SIGKILL between
 two trials, and process 0 ended at once with one line naming it (training/jax_distribution.py
-`lost_peer_as_error`), no traceback. TensorFlow cannot be imported in any of the processes
+`lost_peer_as_error`), no traceback. The rerun reads the programs both processes compiled in the
+lost run from JAX's compilation cache (training/compile_cache.py: on the CPU every process writes
+its own). TensorFlow cannot be imported in any of the processes
 (tests/finetune/test_run_finetuning_features.py's NO_TF_DRIVER)."""
 import json
 import signal
@@ -25,7 +28,9 @@ pytest.importorskip("jax")
 
 MAX_LEN = 64
 STEPS = 3
-HPARAMS = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8, "eval_batch_size": 32,
+# One layer (TINY_MODEL has 2): compiling the steps is most of each process's time.
+HPARAMS = {"model_hparam_overrides": {**TINY_MODEL, "num_hidden_layers": 1},
+           "train_batch_size": 8, "eval_batch_size": 32,
            "predict_batch_size": 32, "max_train_examples": 32, "max_eval_examples": 24,
            "doc_stride": 32, "max_query_length": 16, "beam_size": 5, "qa_hidden_size": 32,
            "n_best_size": 5, "log_every_steps": 1, "save_finetuned_model": True}

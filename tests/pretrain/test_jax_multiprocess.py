@@ -6,7 +6,9 @@ CPU devices does, the losses of 10 steps within 1e-5; each process reads its own
 model_dir. A SIGKILL of process 1 ends process 0 at once with one line (its next call with process 1
 fails), its checkpoint whole; a SIGTERM to process 1 alone stops both at one step (agreed after
 every call), where process 0 writes the checkpoint both name; a rerun of both resumes and ends bit
-for bit as the pair never interrupted (losses, final checkpoint, exports).
+for bit as the pair never interrupted (losses, final checkpoint, exports). Every process writes
+the step it compiled to the test's JAX compilation cache (training/compile_cache.py: on the CPU an
+entry holds its process's devices), so that the pairs after the first compile nothing.
 Loopback only; TensorFlow cannot be imported in any of the processes."""
 import json
 import signal
@@ -33,10 +35,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(data, model_dir, *flags, devices):
+def start(data, model_dir, *flags, devices, cache=None):
     # BERT's MLM objective: the same machinery as ELECTRA's (whose devices-vs-one check is
     # tests/pretrain/test_jax_trainer.py), half its compile time, compiled by each process.
     hparams = tiny_hparams(input_shares=2, electra_objective=False)
+    if cache is not None:
+        flags += (f"--jax_cache_dir={cache}",)
     cmd = driver_cmd(data, model_dir, hparams, "--log_every_n_steps=1",
                      "--seed=2", f"--num_train_steps={STEPS}", "--save_checkpoints_steps=5",
                      f"--num_cpu_devices={devices}", *flags)
@@ -45,11 +49,12 @@ def start(data, model_dir, *flags, devices):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def pair(data, model_dir):
+def pair(data, model_dir, cache=None):
     """Processes 0 and 1 of 2, 2 CPU devices each, on a free loopback port."""
     address = f"127.0.0.1:{free_port()}"
     return [start(data, model_dir, f"--coordinator_address={address}", "--num_processes=2",
-                  f"--process_id={i}", "--distributed_timeout=120", devices=2) for i in (0, 1)]
+                  f"--process_id={i}", "--distributed_timeout=120", devices=2, cache=cache)
+            for i in (0, 1)]
 
 
 def finish(procs):
@@ -74,9 +79,9 @@ def signal_after(proc, line_start, signum):
 
 
 def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
-    one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    one_dir, two_dir, cache = tmp_path / "one", tmp_path / "two", tmp_path / "jax_cache"
     # All three at once: the compiles overlap the other processes' start-up.
-    procs = [start(tiny_data, one_dir, devices=4)] + pair(tiny_data, two_dir)
+    procs = [start(tiny_data, one_dir, devices=4, cache=cache)] + pair(tiny_data, two_dir, cache)
     one, first, second = finish(procs)
     assert "JAX: 4 cpu device(s) (DataParallel)" in one
     for i, out in enumerate((first, second)):
@@ -90,11 +95,13 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     summary = json.loads((two_dir / "pretraining_summary.json").read_text())
     assert summary["distribution"] == "JAX cpu x4 over 2 processes"
     assert (two_dir / "discriminator").is_dir() and (two_dir / "hparams.json").is_file()
+    # The step's program of each of the 3 processes, each its own entry (not process 0's alone).
+    assert len(list(cache.glob("jit_run-*-cache"))) == 3, sorted(cache.iterdir())
 
     # SIGKILL of process 1 after step 6: process 0's next call with it fails at once (gloo's
     # connection closed) and it ends with one line, no C++ stack, leaving ckpt-5 whole.
     stopped_dir = tmp_path / "stopped"
-    procs = pair(tiny_data, stopped_dir)
+    procs = pair(tiny_data, stopped_dir, cache)
     signalled, _ = signal_after(procs[1], "step 6/10", signal.SIGKILL)
     (_, lost), _ = [proc.communicate(timeout=120) for proc in procs]
     waited = time.time() - signalled
@@ -110,7 +117,7 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
     # agree on the stop after every call, so both stop at once at one step, where process 0
     # writes the checkpoint both name; the rerun of both resumes from it and ends as the whole
     # run did.
-    procs = pair(tiny_data, stopped_dir)
+    procs = pair(tiny_data, stopped_dir, cache)
     signalled, before = signal_after(procs[1], "step 7/10", signal.SIGTERM)
     ends = [proc.communicate(timeout=120) for proc in procs]
     waited = time.time() - signalled
@@ -125,7 +132,7 @@ def test_two_processes_match_one(tiny_data, tmp_path):  # noqa: F811
                         f"was stopped by SIGTERM); saved {checkpoint}; rerun the same command "
                         "to resume")
     assert 7 <= stop < STEPS and checkpoint.is_file() and waited < 60, (stop, waited)
-    for out in finish(pair(tiny_data, stopped_dir)):
+    for out in finish(pair(tiny_data, stopped_dir, cache)):
         assert f"ckpt-{stop}.safetensors at step {stop}" in out
     np.testing.assert_allclose(losses(stopped_dir), reference[stop:], rtol=1e-5)
     # ... and bit for bit as the pair never interrupted (two_dir): every loss after the resume,
