@@ -15,6 +15,8 @@ steps optionally under XLA with --rtd_jit_compile).
 
     python benchmarks/train_step.py [--rounds 7] [--skip_hf] [--skip_rtd] [--rtd_jit_compile]
 
+`--skip_mlm` times the RTD step alone: neither MLM model is built (nor PyTorch imported).
+
 Threads: intra-op 2; TF inter-op 1 unless BENCH_INTER_OP says otherwise (BENCH_INTER_OP=0 is TF's
 default, i.e. what `run_pretraining.py` runs with).
 """
@@ -53,7 +55,8 @@ def main():
     ap.add_argument("--skip_mlm", action="store_true")
     ap.add_argument("--skip_hf", action="store_true")
     ap.add_argument("--skip_rtd", action="store_true")
-    ap.add_argument("--tiny", action="store_true", help="tiny config smoke test")
+    ap.add_argument("--tiny", action="store_true",
+                    help="smoke test (benchmarks/refresh.py --tiny): one layer, hidden 64")
     json_out.add_argument(ap)
     args = ap.parse_args()
     common.header("training step: MLM ours vs transformers; RTD ConvBERT vs ELECTRA",
@@ -67,61 +70,65 @@ def main():
     cfg = ConvBertConfig.from_size(args.size)
     if args.tiny:
         cfg = cfg.replace(hidden_size=64, num_attention_heads=2, intermediate_size=128,
-                          num_hidden_layers=2, embedding_size=32)
+                          num_hidden_layers=1, embedding_size=32)
     b, s = args.batch, args.seq
     rng = np.random.default_rng(0)
     ids, positions, labels = mlm_batch(rng, b, s, cfg.vocab_size)
-    mask = np.ones((b, s), "int32")
-    keras.utils.set_random_seed(0)
-    ours = ConvBertMaskedLM(cfg, conv_implementation="auto")
-    opt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
-    opt.build(ours.trainable_variables)
-    inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
-              "segment_ids": tf.zeros((b, s), tf.int32)}
-    pos_t, lab_t = tf.constant(positions), tf.constant(labels)
+    runners = {}
+    # --skip_mlm (the RTD step alone): neither MLM model is built, nor PyTorch imported.
+    # The batch above is drawn all the same, so the RTD step's batch is the one it had.
+    if not args.skip_mlm:
+        mask = np.ones((b, s), "int32")
+        keras.utils.set_random_seed(0)
+        ours = ConvBertMaskedLM(cfg, conv_implementation="auto")
+        opt = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01)
+        opt.build(ours.trainable_variables)
+        inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+                  "segment_ids": tf.zeros((b, s), tf.int32)}
+        pos_t, lab_t = tf.constant(positions), tf.constant(labels)
 
-    def make_step(gathered):
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                if gathered:
-                    logits = ours(inputs, training=True, masked_positions=pos_t)   # [B, P, V]
-                else:
-                    logits = tf.gather(ours(inputs, training=True), pos_t, batch_dims=1)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(lab_t, logits))
-            grads = tape.gradient(loss, ours.trainable_variables)
-            opt.apply_gradients(zip(grads, ours.trainable_variables))
-            return loss
-        return step
+        def make_step(gathered):
+            @tf.function
+            def step():
+                with tf.GradientTape() as tape:
+                    if gathered:
+                        # [B, P, V]
+                        logits = ours(inputs, training=True, masked_positions=pos_t)
+                    else:
+                        logits = tf.gather(ours(inputs, training=True), pos_t, batch_dims=1)
+                    loss = tf.reduce_mean(
+                        tf.nn.sparse_softmax_cross_entropy_with_logits(lab_t, logits))
+                grads = tape.gradient(loss, ours.trainable_variables)
+                opt.apply_gradients(zip(grads, ours.trainable_variables))
+                return loss
+            return step
 
-    runners = {"ours full": (lambda f=make_step(False): f().numpy()),
-               "ours gathered": (lambda f=make_step(True): f().numpy())}
-    if not args.skip_hf:
-        import torch
-        import transformers
+        runners = {"ours full": (lambda f=make_step(False): f().numpy()),
+                   "ours gathered": (lambda f=make_step(True): f().numpy())}
+        if not args.skip_hf:
+            import torch
+            import transformers
 
-        from model.hf_convert import config_to_hf
-        torch.set_num_threads(2)
-        torch.manual_seed(0)
-        hf_cfg = transformers.ConvBertConfig.from_dict(config_to_hf(cfg))
-        hf = transformers.ConvBertForMaskedLM(hf_cfg).train()
-        hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.01)
-        hf_labels = torch.full((b, s), -100, dtype=torch.long)
-        hf_labels.scatter_(1, torch.tensor(positions, dtype=torch.long),
-                           torch.tensor(labels, dtype=torch.long))
-        hf_in = {"input_ids": torch.tensor(ids, dtype=torch.long),
-                 "attention_mask": torch.tensor(mask, dtype=torch.long),
-                 "token_type_ids": torch.zeros((b, s), dtype=torch.long), "labels": hf_labels}
+            from model.hf_convert import config_to_hf
+            torch.set_num_threads(2)
+            torch.manual_seed(0)
+            hf_cfg = transformers.ConvBertConfig.from_dict(config_to_hf(cfg))
+            hf = transformers.ConvBertForMaskedLM(hf_cfg).train()
+            hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.01)
+            hf_labels = torch.full((b, s), -100, dtype=torch.long)
+            hf_labels.scatter_(1, torch.tensor(positions, dtype=torch.long),
+                               torch.tensor(labels, dtype=torch.long))
+            hf_in = {"input_ids": torch.tensor(ids, dtype=torch.long),
+                     "attention_mask": torch.tensor(mask, dtype=torch.long),
+                     "token_type_ids": torch.zeros((b, s), dtype=torch.long), "labels": hf_labels}
 
-        def hf_step():
-            hf_opt.zero_grad(set_to_none=True)
-            loss = hf(**hf_in).loss
-            loss.backward()
-            hf_opt.step()
-            return loss.item()
-        runners["transformers"] = hf_step
-    if args.skip_mlm:
-        runners = {}
+            def hf_step():
+                hf_opt.zero_grad(set_to_none=True)
+                loss = hf(**hf_in).loss
+                loss.backward()
+                hf_opt.step()
+                return loss.item()
+            runners["transformers"] = hf_step
     times = common.interleaved(runners, rounds=args.rounds, warmup=2)
     rows = []
     if runners:
