@@ -1,11 +1,12 @@
-"""The (width, depth) grid (elastic/grid.py): every cell of a tiny DynaBERT-W run (width phase
-only, to keep the file fast; test_train.py runs width + depth) and of the plain fine-tuned teacher
-evaluated on a generated dev set over two seeds, Markdown + JSON + PNG."""
+"""The (width, depth) grid (elastic/grid.py): every cell of a tiny DynaBERT-W run (2 layers, one
+training step per seed, width phase only, to keep the file fast; test_train.py runs width + depth
+and shares its fine-tuned teacher and generated data with this file) and of the plain fine-tuned
+teacher evaluated on the generated dev set (40 examples) over two seeds, Markdown + JSON + PNG."""
 import json
 
 import pytest
 
-from tests.elastic.test_train import ELASTIC_HPARAMS, elastic_args, finetune_teacher, write_tiny_glue
+from tests.elastic.test_train import ELASTIC_HPARAMS, elastic_args, shared_teacher
 
 WIDTHS, DEPTHS = (1.0, 0.25), (1.0, 0.5)
 
@@ -14,12 +15,11 @@ WIDTHS, DEPTHS = (1.0, 0.25), (1.0, 0.5)
 def grid_run(tmp_path_factory):
     from elastic.run import main
     root = tmp_path_factory.mktemp("grid")
-    glue_dir, vocab = write_tiny_glue(root, n_train=64, n_dev=40)
-    teacher_dir = finetune_teacher(root, glue_dir, vocab, steps=3)
+    glue_dir, vocab, teacher_dir = shared_teacher(tmp_path_factory)
     out = root / "run"
     args = elastic_args(glue_dir, vocab, teacher_dir, out, seeds="0,1", width_list="1,0.25",
                         phases="width")   # the grid evaluates the last finished phase
-    hparams = dict(ELASTIC_HPARAMS, max_train_steps=2)
+    hparams = dict(ELASTIC_HPARAMS, max_train_steps=1)
     args[args.index("--hparams") + 1] = json.dumps(hparams)
     assert main(args) == 0
     return root, glue_dir, vocab, out

@@ -1,6 +1,7 @@
-"""DynaBERT training (elastic/train.py, elastic/run.py) end to end at tiny scale: a teacher
-fine-tuned for a few steps by the existing fine-tuning code on generated MRPC-like data, then the
-width and depth phases on the training core; losses, depth pairing, resume, one-line errors."""
+"""DynaBERT training (elastic/train.py, elastic/run.py) end to end at tiny scale: a 2-layer teacher
+fine-tuned for a few steps by the existing fine-tuning code on generated MRPC-like data (made once
+per test run for this file and test_grid.py), then the width and depth phases on the training
+core; losses, depth pairing, resume, one-line errors."""
 import json
 import random
 
@@ -17,6 +18,10 @@ TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 4,
 WORDS = ("the cat dog sat ran on mat red blue big small house car tree river sun moon "
          "bird fish green old new fast slow happy sad").split()
 SEQ = 24
+# The elastic runs' model: TINY_MODEL with 2 layers, the fewest that DynaBERT's depth rule can
+# halve (depth 0.5 keeps layer 0; its hidden states pair with the teacher's kept + [L] = (0, 2)).
+# Tracing the runs' steps and grid cells costs in proportion to the layers: 4 -> 2 halves them.
+ELASTIC_TINY_MODEL = dict(TINY_MODEL, num_hidden_layers=2)
 
 
 def random_mrpc_features(num_examples, seed=0):
@@ -48,18 +53,20 @@ def write_tiny_glue(root, n_train=96, n_dev=40, seed=0):
 
 
 def finetune_teacher(root, glue_dir, vocab, steps=6):
-    """The existing fine-tuning path (finetune/run.py) saving encoder + head."""
+    """The existing fine-tuning path (finetune/run.py) saving encoder + head: ELASTIC_TINY_MODEL."""
     from finetune.hparams import load_hparams
     from finetune.run import run_tasks
     hp = load_hparams(json.dumps({
-        "model_hparam_overrides": TINY_MODEL, "train_batch_size": 16, "max_seq_length": SEQ,
-        "max_train_steps": steps, "learning_rate": 1e-3, "save_finetuned_model": True,
-        "log_every_steps": 100, "model_size": "small"}))
+        "model_hparam_overrides": ELASTIC_TINY_MODEL, "train_batch_size": 16,
+        "max_seq_length": SEQ, "max_train_steps": steps, "learning_rate": 1e-3,
+        "save_finetuned_model": True, "log_every_steps": 100, "model_size": "small"}))
     run_tasks(["mrpc"], hp, str(root / "ft"), data_dir=str(glue_dir), vocab_file=str(vocab))
     return root / "ft" / "finetuned" / "mrpc"
 
 
-ELASTIC_HPARAMS = {"train_batch_size": 16, "max_seq_length": SEQ, "max_train_steps": 4,
+# 8 steps: the depth phase's loss falls from the first to the last step for every seed of
+# elastic.run and of write_tiny_glue's data tried (3 x 3) with 2 layers; 4 steps were too few.
+ELASTIC_HPARAMS = {"train_batch_size": 16, "max_seq_length": SEQ, "max_train_steps": 8,
                    "learning_rate": 1e-3, "log_every_steps": 1, "model_size": "small"}
 
 
@@ -73,11 +80,23 @@ def elastic_args(glue_dir, vocab, teacher_dir, out, *switches, **extra):
     return args + [f"--{switch}" for switch in switches]
 
 
+def shared_teacher(tmp_path_factory):
+    """(glue_dir, vocab, teacher_dir): write_tiny_glue's data (96 train, 40 dev) and the teacher
+    fine-tuned on it for 6 steps, made once per test run for this file and test_grid.py
+    (tests/conftest.py made_once) and only read after that."""
+    from tests.conftest import made_once
+
+    def make(work):
+        glue_dir, vocab = write_tiny_glue(work)
+        finetune_teacher(work, glue_dir, vocab)
+
+    done = made_once("elastic_mrpc_teacher", tmp_path_factory.getbasetemp(), make)
+    return done / "glue", done / "vocab.txt", done / "ft" / "finetuned" / "mrpc"
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dynabert")
-    glue_dir, vocab = write_tiny_glue(root)
-    return root, glue_dir, vocab, finetune_teacher(root, glue_dir, vocab)
+    return (tmp_path_factory.mktemp("dynabert"), *shared_teacher(tmp_path_factory))
 
 
 def test_depth_pairing_and_soft_ce():
@@ -103,7 +122,8 @@ def test_width_then_depth_end_to_end(setup, capsys):
     for phase, configs in (("width", 2), ("depth", 4)):
         summary = json.loads((out / "seed_0" / phase / "summary.json").read_text())
         history = summary["history"]
-        assert summary["phase"] == phase and history[-1]["step"] == 4
+        assert summary["phase"] == phase and \
+            history[-1]["step"] == ELASTIC_HPARAMS["max_train_steps"]
         losses = [h["loss"] for h in history]
         assert all(np.isfinite(losses))
         per_config = [k for k in history[0] if k.startswith("loss_w")]
@@ -118,7 +138,7 @@ def test_width_then_depth_end_to_end(setup, capsys):
     # the extracted model loads with the ordinary loader
     from model import ConvBertModel
     encoder = ConvBertModel.from_pretrained(str(out / "seed_0" / "depth" / "model"))
-    assert encoder.config.num_hidden_layers == TINY_MODEL["num_hidden_layers"]
+    assert encoder.config.num_hidden_layers == ELASTIC_TINY_MODEL["num_hidden_layers"]
     # a rerun skips finished phases
     capsys.readouterr()
     assert main(elastic_args(glue_dir, vocab, teacher_dir, out, "no_grid",
@@ -146,7 +166,7 @@ def test_task_distils_depth_against_full_teacher(setup):
     entropy = float(soft_cross_entropy(logits, logits))
     assert abs(float(metrics["loss_w1_d1"]) - entropy) < 1e-4
     assert float(metrics["loss_w1_d0.5"]) > float(metrics["loss_w1_d1"])
-    assert Subnet.for_width(config, 1.0, 0.5).layers == (0, 2)
+    assert Subnet.for_width(config, 1.0, 0.5).layers == (0,)   # 1 of the teacher's 2 layers
     assert abs(float(total) - float(metrics["loss_w1_d1"]) - float(metrics["loss_w1_d0.5"])) < 1e-4
 
 

@@ -4,10 +4,11 @@ GLUE TSVs (../shared/data/glue, skipped when absent).
 
 One features directory (MRPC + STS-B, 32 tokens, 64 training examples, train/dev/test) is shared
 by the module. The JAX run and the TensorFlow run (--data_dir) of the same tiny model and hparams
-run side by side; both must write the same results files and TensorBoard tags. That JAX run has
-TensorFlow importable and must not import it (tests/conftest.py TENSORFLOW_WATCH), and runs on 2
-virtual CPU devices (--num_cpu_devices=2: DataParallel, issue #50 item 2; the losses of 2 devices
-against one are compared in tests/finetune/test_jax_finetune.py); the other JAX runs have
+run side by side, predicting the first 96 dev examples of each task and the whole test sets; both
+must write the same results files and TensorBoard tags. That JAX run has TensorFlow importable
+and must not import it (tests/conftest.py TENSORFLOW_WATCH), and runs on 2 virtual CPU devices
+(--num_cpu_devices=2: DataParallel, issue #50 item 2; the losses of 2 devices against one are
+compared in tests/finetune/test_jax_finetune.py); the other JAX runs have
 tensorflow and tensorflow_text made unimportable. The bad-input cases stop before any
 model work (a few seconds each).
 """
@@ -28,7 +29,8 @@ from tests.conftest import REPO_ROOT, TENSORFLOW_WATCH, shared_path
 TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
               "num_attention_heads": 2, "intermediate_size": 64, "num_groups": 1}
 HPARAMS = {"model_hparam_overrides": TINY_MODEL, "train_batch_size": 8, "eval_batch_size": 64,
-           "max_train_examples": 64, "log_every_steps": 1}
+           "max_train_examples": 64, "max_eval_examples": 96, "log_every_steps": 1}
+MAX_EVAL = HPARAMS["max_eval_examples"]   # dev rows predicted: one full batch and a padded one
 MAX_LEN = 32
 TASKS = ("mrpc", "sts")   # a classification and a regression task
 TIMEOUT = 600
@@ -170,7 +172,8 @@ def test_jax_run_writes_what_the_tensorflow_run_writes(both_runs, glue_dir):
         assert record["hparams"]["max_seq_length"] == MAX_LEN
 
     for task in TASKS:
-        dev_ids = [e.guid for e in read_examples(glue_dir, task, "dev")]
+        dev_ids = [e.guid for e in read_examples(glue_dir, task, "dev")][:MAX_EVAL]
+        assert len(dev_ids) == MAX_EVAL
         for trial in (1, 2):
             records = [json.loads((d / "results" / f"{task}_dev_metrics_trial{trial}.json")
                                   .read_text()) for d in (tf_dir, jax_dir)]

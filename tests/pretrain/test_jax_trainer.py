@@ -1,10 +1,12 @@
 """Pre-training on Keras-on-JAX (pretrain/jax_trainer.py) through run_pretraining.py with
 KERAS_BACKEND=jax, in subprocesses where importing TensorFlow fails: it trains, exports, resumes
-exactly, and 2 virtual CPU devices (DataParallel) give the one-device losses within 1e-5. The
-first run is where TensorFlow IS importable: the JAX path never imports it all the same, and its
-TensorBoard scalars (written without TensorFlow) read back with TensorBoard's own reader. A
-SIGKILL inside a checkpoint save or inside the export leaves nothing a rerun misreads, and the
-rerun ends byte-identical (tests/test_fault_injection.py's fault runner)."""
+exactly after a SIGKILL, and 2 virtual CPU devices (DataParallel) give the one-device losses
+within 1e-5. The first run is where TensorFlow IS importable: the JAX path never imports it all
+the same, and its TensorBoard scalars (written without TensorFlow) read back with TensorBoard's
+own reader. A SIGKILL inside a checkpoint save or inside the export leaves nothing a rerun
+misreads, and the rerun ends byte-identical (tests/test_fault_injection.py's fault runner). One
+run killed inside its checkpoint save serves both the resume test and the fault test (each
+reruns a copy of its directory)."""
 import json
 import os
 import subprocess
@@ -119,23 +121,41 @@ def test_trains_exports_and_summarizes(one_device):
     assert model.config.hidden_size == hp["model_hparam_overrides"]["hidden_size"]
 
 
-def test_resume_after_kill_is_exact(one_device, tiny_data, tmp_path):  # noqa: F811
-    """Killed (SIGKILL) after step 3, rerun: resumes from ckpt-2 and ends where the run never
-    killed ended (same schedule, data stream, masking / dropout RNG state)."""
-    import signal
-    model_dir = tmp_path / "model"
+def _fault_run(tiny_data, model_dir, fault=None):  # noqa: F811
+    """The driver on JAX (4 steps, ckpt-2 and ckpt-4), under tests/test_fault_injection.py's
+    fault runner with FAULT=fault (SIGKILL at that point), or plainly."""
+    from tests.test_fault_injection import _faulty
     cmd = driver_cmd(tiny_data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
                      "--num_train_steps=4", "--save_checkpoints_steps=2")
-    env = driver_env({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
-    proc = subprocess.Popen([sys.executable, "-c", NO_TF, *cmd[1:]], cwd=str(REPO), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        for line in proc.stdout:
-            if line.startswith("step 3/4"):
-                os.kill(proc.pid, signal.SIGKILL)
-                break
-    finally:
-        proc.wait(timeout=300)
+    backend = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    command, env = _faulty(cmd, fault, backend) if fault else (cmd, driver_env(backend))
+    return subprocess.run(command, cwd=str(REPO), env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def killed_in_save(tiny_data, tmp_path_factory):  # noqa: F811
+    """One run SIGKILLed inside its final checkpoint's save (after step 4: ckpt-4's bytes written
+    under the temporary name, not yet renamed): (its model directory, the process). The resume
+    test and the fault test each rerun a copy of that directory."""
+    model_dir = tmp_path_factory.mktemp("jax_killed") / "model"
+    return model_dir, _fault_run(tiny_data, model_dir, "checkpoint:4")
+
+
+def _copy_of(killed_in_save, tmp_path):
+    import shutil
+    model_dir = tmp_path / "model"
+    shutil.copytree(killed_in_save[0], model_dir)
+    return model_dir
+
+
+def test_resume_after_kill_is_exact(one_device, killed_in_save, tiny_data, tmp_path):  # noqa: F811
+    """Killed (SIGKILL) after step 4, before its ckpt-4 was whole (the fault test's first kill,
+    shared: `killed_in_save`), rerun: resumes from ckpt-2 and ends where the run never killed
+    ended (same schedule, data stream, masking / dropout RNG state)."""
+    import signal
+    assert killed_in_save[1].returncode == -signal.SIGKILL, killed_in_save[1].stderr[-3000:]
+    model_dir = _copy_of(killed_in_save, tmp_path)
     assert not (model_dir / "pretraining_summary.json").exists()
     rerun = run_jax(tiny_data, model_dir, "--num_train_steps=4", "--save_checkpoints_steps=2")
     assert "ckpt-2.safetensors at step 2" in rerun.stdout
@@ -149,40 +169,32 @@ def test_resume_after_kill_is_exact(one_device, tiny_data, tmp_path):  # noqa: F
 
 
 def test_sigkill_inside_a_checkpoint_save_then_inside_the_export(
-        one_device, tiny_data, tmp_path):  # noqa: F811
+        one_device, killed_in_save, tiny_data, tmp_path):  # noqa: F811
     """The JAX rows of tests/test_fault_injection.py's kills, one run after the other: SIGKILL
     inside the final checkpoint's save (ckpt-4's bytes written under the temporary name, not yet
-    renamed), the rerun killed inside the final export (the discriminator published, the
-    generator's weights not written), a third run completes it. Each kill leaves the newest whole
-    checkpoint and no half-written file a resume or a user reads; the end is byte-identical to
-    the run never killed: the final checkpoint (weights, Adam slots, step, examples) and both
-    exports."""
+    renamed: `killed_in_save`, rerun here on a copy of its directory), the rerun killed inside the
+    final export (the discriminator published, the generator's weights not written), a third run
+    completes it. Each kill leaves the newest whole checkpoint and no half-written file a resume
+    or a user reads; the end is byte-identical to the run never killed: the final checkpoint
+    (weights, Adam slots, step, examples) and both exports."""
     import signal
-    from tests.test_fault_injection import _faulty
-    model_dir, reference = tmp_path / "model", one_device[0]
-    cmd = driver_cmd(tiny_data, model_dir, tiny_hparams(), "--log_every_n_steps=1", "--seed=2",
-                     "--num_train_steps=4", "--save_checkpoints_steps=2")
-    backend = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-
-    def run(fault=None):
-        command, env = _faulty(cmd, fault, backend) if fault else (cmd, driver_env(backend))
-        return subprocess.run(command, cwd=str(REPO), env=env, capture_output=True, text=True,
-                              timeout=600)
+    reference = one_device[0]
 
     def files(directory):
         return {p.relative_to(directory).as_posix(): p.read_bytes()
                 for p in sorted(directory.rglob("*")) if p.is_file()}
 
-    ckpts = model_dir / "jax_checkpoints"
-    proc = run("checkpoint:4")
+    proc = killed_in_save[1]
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert "step 4/4" in proc.stdout
+    model_dir = _copy_of(killed_in_save, tmp_path)
+    ckpts = model_dir / "jax_checkpoints"
     # ckpt-2 whole; ckpt-4 only under its temporary name, which no resume globs.
     assert (ckpts / "ckpt-2.safetensors").read_bytes() == (
         reference / "jax_checkpoints" / "ckpt-2.safetensors").read_bytes()
     assert not (ckpts / "ckpt-4.safetensors").exists()
     assert [p.name for p in ckpts.glob("ckpt-4.safetensors.tmp-*")], sorted(ckpts.iterdir())
-    proc = run("export:1")
+    proc = _fault_run(tiny_data, model_dir, "export:1")
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert "ckpt-2.safetensors at step 2" in proc.stdout
     # The killed save's temporary file is gone; no generator export, not even a torn one.
@@ -190,7 +202,7 @@ def test_sigkill_inside_a_checkpoint_save_then_inside_the_export(
     assert (model_dir / "discriminator" / "model.safetensors").exists()
     assert not (model_dir / "generator").exists()
     assert list(model_dir.glob(".generator.tmp-*"))        # its unfinished export, hidden
-    proc = run()
+    proc = _fault_run(tiny_data, model_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "ckpt-4.safetensors at step 4" in proc.stdout
     assert (ckpts / "ckpt-4.safetensors").read_bytes() == (

@@ -95,8 +95,12 @@ config = ConvBertConfig(vocab_size=V, hidden_size=32, embedding_size=32, num_hid
 
 
 def pretraining():
+    # The discriminator of `config`'s sizes (the generator half its width): the other tasks'
+    # variable shapes, whose initialisers the JAX run has then compiled already.
     hp = make_hparams("tiny", {"vocab_size": V, "max_seq_length": T, "train_batch_size": B,
-                               "seed": 3})
+                               "seed": 3, "model_hparam_overrides": {
+                                   "hidden_size": 32, "embedding_size": 32,
+                                   "intermediate_size": 64}})
     task = Pretraining(hp, [], V)
     ids = np.arange(4 * B, dtype=np.int64).reshape(4, B)
     task.fixed = [dict(b, example_id=ids[i]) for i, b in enumerate(batches(2, lambda: {}))]
