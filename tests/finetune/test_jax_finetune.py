@@ -43,7 +43,7 @@ out, tasks, steps = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 config = ConvBertConfig(vocab_size=64, hidden_size=32, embedding_size=32, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=64, hidden_dropout_prob=0.0,
                         attention_probs_dropout_prob=0.0)
-for task in tasks:   # each task from the same start as in a process of its own
+for task in tasks:   # each task from its own start weights (init_<task>.npz), on both backends
     spec = get_task(task)
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm counts
     # a token seen twice in a batch twice (as the official code); JAX's dense gradients count it
