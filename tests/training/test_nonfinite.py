@@ -146,22 +146,17 @@ def test_language_model(tmp_path):
                 tmp_path)
 
 
-def _two_layers():
-    """tests/elastic/test_train.py's tiny model with 2 layers instead of 4: the guard does not
-    depend on depth, and tracing a step costs in proportion to the layers."""
-    from tests.elastic.test_train import TINY_MODEL
-    return dict(TINY_MODEL, num_hidden_layers=2)
-
-
 def test_dynabert(tmp_path):
     """DynaBERT's distillation (elastic/train.py); student and teacher start from one tiny random
     2-layer encoder + MRPC head (the guard does not care whether the teacher was fine-tuned:
     loading a fine-tuned one is tests/elastic/test_train.py's)."""
     from elastic.train import DynaBertTask, head_prefix, make_head
     from model import ConvBertConfig, ConvBertModel
-    from tests.elastic.test_train import SEQ, random_mrpc_features
+    # tests/elastic/test_train.py's 2-layer model: the guard does not depend on depth, and
+    # tracing a step costs in proportion to the layers.
+    from tests.elastic.test_train import ELASTIC_TINY_MODEL, SEQ, random_mrpc_features
     keras.utils.set_random_seed(0)
-    config = ConvBertConfig.from_size("small").replace(vocab_size=32, **_two_layers())
+    config = ConvBertConfig.from_size("small").replace(vocab_size=32, **ELASTIC_TINY_MODEL)
     encoder = ConvBertModel(config)
     ones = np.ones((1, SEQ), np.int32)
     encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
@@ -179,8 +174,9 @@ def test_dynabert(tmp_path):
 def _finetuning_stops_at(monkeypatch, k, task, hparams, tmp_path, **files):
     from finetune.hparams import load_hparams
     from finetune.run import run_tasks
+    from tests.elastic.test_train import ELASTIC_TINY_MODEL
     poison_before(monkeypatch, k)
-    hp = load_hparams(json.dumps({"model_hparam_overrides": _two_layers(),
+    hp = load_hparams(json.dumps({"model_hparam_overrides": ELASTIC_TINY_MODEL,
                                   "max_train_steps": 6,
                                   "log_every_steps": 1, "model_size": "small", **hparams}))
     with pytest.raises(TrainingError) as error:
