@@ -167,6 +167,14 @@ class TrainingCore:
             with tf.GradientTape() as tape:
                 loss, metrics = task.compute(batch, step, denominators)
                 loss = tf.cast(loss, tf.float32)
+                if denominators is None and num_replicas > 1:
+                    # A task without denominators returns the mean over its replica's rows,
+                    # and the replicas hold equal shares of the fixed-shape global batch: 1/N of
+                    # each is its share of the global mean (loss, gradients and the metrics,
+                    # all summed over replicas below).
+                    loss = loss / num_replicas
+                    metrics = {k: tf.cast(v, tf.float32) / num_replicas
+                               for k, v in metrics.items()}
                 scaled = optimizer.scale_loss(loss) if loss_scaled else loss
             grads = tape.gradient(scaled, variables)
             if densify:
@@ -194,9 +202,11 @@ class TrainingCore:
             dense = [grads[i] for i in present]
             if reduce_in_optimizer:
                 # AdamWeightDecay sums the replicas' gradients and clips the sum itself: one
-                # all-reduce. The norm logged is the replicas' mean (exact on one device).
+                # all-reduce. Each replica's gradient is its share of the global one, so the
+                # norm logged (summed over replicas) is the sum of the shares' norms: exact on
+                # one device, an upper bound of the global norm on several.
                 optimizer.apply(grads, variables)
-                metrics["grad_norm"] = tf.linalg.global_norm(dense) / num_replicas
+                metrics["grad_norm"] = tf.linalg.global_norm(dense)
                 return metrics
             if num_replicas > 1:
                 dense = ctx.all_reduce(sum_op, dense)

@@ -18,9 +18,12 @@ A core calls, in this order:
   core; both start `skip_batches` batches in (exact resume);
 * per step, traced (tf.function per replica; jax.jit with the variables swapped for the
   step's values): `loss_denominators(batch)` (summed over replicas before the step on
-  TensorFlow; None when the loss needs none) and `compute(batch, step, denominators)`, which
-  returns this replica's share of the global loss and a dict of float32 metric SUMS. Written
-  with keras.ops only, so one `compute` serves both cores;
+  TensorFlow; None when the loss is a mean over the batch's rows) and `compute(batch, step,
+  denominators)`, which returns this replica's share of the global loss and a dict of float32
+  metric SUMS (with None denominators: the mean loss and metrics of the replica's rows, which
+  TensorFlow's core divides by the number of replicas, each holding an equal share of the
+  fixed-shape global batch; the JAX core's one program sees the global batch). Written with
+  keras.ops only, so one `compute` serves both cores;
 * per log window: `summarize(sums, num_steps)` turns the metric sums (NumPy, summed over replicas
   and steps; the core adds `loss` and `grad_norm`) into a record {name: float}, and
   `describe(record)` into the task's part of the progress line;
