@@ -170,6 +170,16 @@ def bert_vocab_file():
     return shared_path("data", "vocab", "bert-uncased-vocab.txt")
 
 
+def tensorboard_series(run_dir, tag="train/loss"):
+    """{step: value} of `tag` in a TensorBoard run directory, as TensorBoard reads it
+    (EventAccumulator, which checks the records' CRCs)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+    reader = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    reader.Reload()
+    return {e.step: float(make_ndarray(e.tensor_proto)) for e in reader.Tensors(tag)}
+
+
 def keras_backend() -> str:
     import keras
     return keras.backend.backend()

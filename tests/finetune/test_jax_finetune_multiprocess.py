@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import shared_path
+from tests.conftest import shared_path, tensorboard_series
 from tests.finetune.test_run_finetuning_features import TINY_MODEL, explain, start_driver
 from tests.finetune.test_squad_features import features_command
 from tests.pretrain.test_jax_multiprocess import finish, free_port, signal_after
@@ -68,15 +68,6 @@ def pair(features, model_dirs):
     return [start(features, model_dirs[i], f"--coordinator_address={address}",
                   "--num_processes=2", f"--process_id={i}", "--distributed_timeout=120",
                   devices=2) for i in (0, 1)]
-
-
-def train_losses(run_dir):
-    """train/loss of a TensorBoard run directory, by step."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util.tensor_util import make_ndarray
-    reader = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
-    reader.Reload()
-    return {e.step: float(make_ndarray(e.tensor_proto)) for e in reader.Tensors("train/loss")}
 
 
 def files_under(directory):
@@ -144,9 +135,9 @@ def test_two_processes_match_one(features, tmp_path):
     assert sorted({f.split("/")[1] for f in files_under(two_dir)
                    if f.startswith("tensorboard/")}) == board == runs
     for run in runs:
-        reference = train_losses(one_dir / "tensorboard" / run)
+        reference = tensorboard_series(one_dir / "tensorboard" / run)
         assert sorted(reference) == list(range(1, STEPS + 1))
-        losses = train_losses(two_dir / "tensorboard" / run)
+        losses = tensorboard_series(two_dir / "tensorboard" / run)
         assert sorted(losses) == sorted(reference)
         np.testing.assert_allclose([losses[s] for s in sorted(losses)],
                                    [reference[s] for s in sorted(reference)], rtol=1e-5)

@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT, hf_reference_dir, shared_path
+from tests.conftest import REPO_ROOT, hf_reference_dir, shared_path, tensorboard_series
 from tests.zygote import script_python
 
 TINY_MODEL = {"hidden_size": 32, "embedding_size": 32, "num_hidden_layers": 2,
@@ -512,19 +512,6 @@ def test_mirrored_strategy_matches_one_device(tmp_path, glue_dir, vocab):
         "error: cannot reach TPU grpc://127.0.0.1:1: ")
 
 
-def tensorboard_losses(log_dir):
-    """{step: train/loss} of the event files under `log_dir` (float32, as written)."""
-    import tensorflow as tf
-    losses = {}
-    for path in sorted(log_dir.glob("events.out.tfevents*")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            event = tf.compat.v1.Event.FromString(record.numpy())
-            for value in event.summary.value:
-                if value.tag == "train/loss":
-                    losses[event.step] = float(tf.make_ndarray(value.tensor))
-    return losses
-
-
 def test_steps_per_loop_trains_the_same(random_run, tmp_path, glue_dir, vocab):
     """--steps_per_loop 3: the 3 steps run in one compiled call, with the same losses (to float
     rounding) and dev predictions as one call per step: random_run's SST-2 (the first of its
@@ -537,9 +524,9 @@ def test_steps_per_loop_trains_the_same(random_run, tmp_path, glue_dir, vocab):
                    + ["--steps_per_loop", 3])
     line = [s for s in proc.stdout.splitlines() if "sst: step 3/3" in s][0]
     assert "first call" in line and "next line" not in line   # 3 steps in the first call
-    one_call_each = tensorboard_losses(reference / "tensorboard" / "sst")
+    one_call_each = tensorboard_series(reference / "tensorboard" / "sst")
     assert sorted(one_call_each) == [1, 2, 3]
-    loop = tensorboard_losses(model_dir / "tensorboard" / "sst")
+    loop = tensorboard_series(model_dir / "tensorboard" / "sst")
     assert sorted(loop) == [3]
     assert abs(float(line.split(" loss ")[1].split()[0]) - loop[3]) <= 1e-4
     assert abs(np.mean(list(one_call_each.values())) - loop[3]) <= 1e-4
