@@ -3,9 +3,9 @@
 core in tests/training/test_nonfinite.py and by JAX's in tests/pretrain/test_jax_multiprocess.py),
 the fine-tuning task (finetune/finetuner.py `FinetuneTask`) with SQuAD's QA head, the causal LM
 (lm/task.py) and DynaBERT's depth phase (elastic/train.py), each trained by TensorFlow's
-`TrainingCore` (MirroredStrategy over 2 logical CPUs: each replica's loss is its share of the
-global one) and by JAX's `JaxTrainingCore` (one device) from the same initial weights on the same
-batches.
+`TrainingCore` (SQuAD's on MirroredStrategy over 2 logical CPUs: each replica's loss is its
+share of the global one) and by JAX's `JaxTrainingCore` (one device) from the same initial weights
+on the same batches.
 `FinetuneTask` with GLUE's classification and regression heads is compared the same way, over 20
 steps and through the fine-tuning wrappers of both backends (`Trainer`, `JaxFinetuner`), in
 tests/finetune/test_jax_finetune.py.
@@ -35,8 +35,10 @@ if backend == "jax":
     sys.modules["tensorflow"] = None          # the JAX core must not need it
     strategy = None
 else:
-    # TensorFlow trains every task on 2 replicas (2 logical CPUs, split before TensorFlow
-    # starts), JAX on one device: each replica's loss must be its share of the global one.
+    # TensorFlow trains the fine-tuning task on 2 replicas (2 logical CPUs, split before
+    # TensorFlow starts), JAX on one device: a task without loss denominators must still give
+    # each replica its share of the global loss (the other tasks: one device, as tracing a step
+    # per replica doubles its cost; pre-training's replicas: tests/pretrain/test_distribution.py).
     from training.distribution import make_strategy
     strategy = make_strategy("mirrored", num_cpu_devices=2)
 import keras
@@ -177,7 +179,8 @@ init_path = os.path.join(out, "init_{}.npz")
 results = {}
 for name, make in (("rtd", pretraining), ("squad", squad),
                    ("lm", language_model), ("dynabert", dynabert)):
-    with strategy.scope() if strategy else contextlib.nullcontext():
+    mirrored = strategy if name == "squad" else None
+    with mirrored.scope() if mirrored else contextlib.nullcontext():
         task, steps = make()
     # No clipping: TensorFlow keeps embedding gradients as IndexedSlices and its clip norm
     # counts a token seen twice in a batch twice (as the official code); JAX's dense gradients
@@ -191,8 +194,8 @@ for name, make in (("rtd", pretraining), ("squad", squad),
         core = JaxTrainingCore(settings, log=lambda *_: None).build(task)
     else:
         from training.core import TrainingCore
-        core = TrainingCore(task, settings, strategy=strategy, log=lambda *_: None).build()
-        assert core.num_replicas == 2
+        core = TrainingCore(task, settings, strategy=mirrored, log=lambda *_: None).build()
+        assert core.num_replicas == (2 if mirrored else 1)
     if name == "dynabert":
         task.head.dropout.rate = 0.0      # DynaBERT's head keeps ELECTRA's dropout 0.1
     named = task.named_variables()
