@@ -2,7 +2,7 @@
 no TensorFlow (a rented GPU box, a cluster node), in one git-ignored folder of at most 60 MiB.
 
     python -m reproduce.gpu_bundle --shared_dir=../shared --output_dir=gpu_bundle \
-        [--python_version=3.12]
+        [--python_version=3.12] [--wheels_from=DIR]
     (bash scripts/gpu_bundle.sh: the same after setting up .venv)
 
     gpu_bundle/
@@ -15,9 +15,10 @@ no TensorFlow (a rented GPU box, a cluster node), in one git-ignored folder of a
                              (python -m finetune.features; finetune/feature_files.py)
       wheels/                keras, optree and namex for the GPU machine's CPython
                              (`--python_version`, default 3.12, recorded in bundle.json as
-                             "python") on x86-64, the versions installed here (pip download; no
-                             other package is missing there; scripts/gpu_run.sh refuses them
-                             for another Python in one line)
+                             "python") on x86-64, the versions installed here (pip download from
+                             the package index, or with `--wheels_from=DIR` from that folder of
+                             wheels alone: an offline build; no other package is missing there;
+                             scripts/gpu_run.sh refuses them for another Python in one line)
 
 The shards are built exactly as the CPU reproduction builds them (reproduce/pipeline.py: the
 BERT uncased vocab, 16 shards per corpus directory, build_pretraining_dataset.py's seed), under
@@ -66,9 +67,10 @@ def special_ids(vocab_file):
                          "mask_id": index["[MASK]"]}
 
 
-def download_wheels(directory, log, python_version=PYTHON_VERSION):
+def download_wheels(directory, log, python_version=PYTHON_VERSION, wheels_from=None):
     """The installed keras / optree / namex versions as CPython `python_version` x86-64 wheels
-    (the folder's earlier wheels removed first: one Python's wheels per bundle)."""
+    (the folder's earlier wheels removed first: one Python's wheels per bundle), from the package
+    index or, given `wheels_from`, from that folder alone (no network)."""
     from importlib import metadata
     fileio.makedirs(directory)
     for old in fileio.glob(os.path.join(directory, "*.whl")):
@@ -79,7 +81,10 @@ def download_wheels(directory, log, python_version=PYTHON_VERSION):
            *pins]
     for platform in WHEEL_PLATFORMS:
         cmd[cmd.index("-d"):cmd.index("-d")] = ["--platform", platform]
-    log(f"[wheels] pip download {' '.join(pins)} for CPython {python_version}")
+    if wheels_from:
+        cmd[cmd.index("-d"):cmd.index("-d")] = ["--no-index", "--find-links", wheels_from]
+    source = f" from {wheels_from}" if wheels_from else ""
+    log(f"[wheels] pip download {' '.join(pins)} for CPython {python_version}{source}")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -96,7 +101,7 @@ def directory_size(path):
 
 
 def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None,
-                 python_version=PYTHON_VERSION):
+                 python_version=PYTHON_VERSION, wheels_from=None):
     from data.pretraining_arrays import write_arrays
     from reproduce.recipes import GLUE_TASKS
     data = os.path.join(shared_dir, "data")
@@ -126,7 +131,7 @@ def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None,
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BundleError(f"python -m finetune.features failed: {last}")
-    pins = download_wheels(os.path.join(output_dir, "wheels"), log, python_version)
+    pins = download_wheels(os.path.join(output_dir, "wheels"), log, python_version, wheels_from)
     vocab_size, ids = special_ids(vocab_file)
     sizes = {name: directory_size(os.path.join(output_dir, name))
              if os.path.isdir(os.path.join(output_dir, name))
@@ -164,11 +169,15 @@ def main(argv=None):
     ap.add_argument("--python_version", default=PYTHON_VERSION,
                     help="the GPU machine's CPython (X.Y) the wheels are for (default "
                          f"{PYTHON_VERSION})")
+    ap.add_argument("--wheels_from", default=None,
+                    help="a folder of wheels to take keras / optree / namex from instead of the "
+                         "package index (pip --no-index --find-links: an offline build)")
     args = ap.parse_args(argv)
     from data.errors import DataError
     try:
         build_bundle(args.shared_dir, args.output_dir, args.build_dir,
-                     log=lambda m: print(m, flush=True), python_version=args.python_version)
+                     log=lambda m: print(m, flush=True), python_version=args.python_version,
+                     wheels_from=args.wheels_from)
     except (BundleError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

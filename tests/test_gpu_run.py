@@ -1,5 +1,6 @@
 """The prepared GPU run on the CPU (docs/GPU.md): `bash scripts/gpu_bundle.sh` builds the bundle
-from ../shared (<= 60 MiB); `bash scripts/gpu_run.sh --rehearse` runs the GPU window's two calls
+from ../shared (<= 60 MiB; for this Python, its wheels packed from this environment: no test
+reaches the package index); `bash scripts/gpu_run.sh --rehearse` runs the GPU window's two calls
 on a tiny model with the real plan's structure (25-step blocks, planned steps, seed 1 in call 1
 and seeds 2-3 in call 2, task-major fine-tuning, the compile cache archived and carried), the
 bundle's wheels installed into an empty folder, `tensorflow` unimportable, and fails on any
@@ -19,17 +20,59 @@ import pytest
 from tests.conftest import REPO_ROOT, shared_path
 from tests.zygote import script_python
 
+PYTHON = "%d.%d" % sys.version_info[:2]
+
+
+# What a wheel's .dist-info holds once installed that the wheel itself does not.
+_INSTALLER_FILES = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"}
+
+
+def installed_wheel(name, directory):
+    """This environment's installed distribution `name` packed back into a wheel in `directory`
+    (its files and metadata, a fresh RECORD): the bundle's wheels without the package index."""
+    import base64
+    import hashlib
+    import zipfile
+    from importlib import metadata
+    dist = metadata.distribution(name)
+    tag = next(line.split(":", 1)[1].strip() for line in dist.read_text("WHEEL").splitlines()
+               if line.startswith("Tag:"))
+    path = directory / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-{tag}.whl"
+    record, info = [], None
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as whl:
+        for f in dist.files:
+            if f.parts[0] == ".." or "__pycache__" in f.parts:      # scripts, byte code
+                continue
+            if f.parts[0].endswith(".dist-info"):
+                info = f.parts[0]
+                if f.name in _INSTALLER_FILES:
+                    continue
+            data = f.locate().read_bytes()
+            whl.writestr(str(f), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{f},sha256={digest.decode()},{len(data)}")
+        whl.writestr(f"{info}/RECORD", "\n".join(record + [f"{info}/RECORD,,"]) + "\n")
+    return path
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
+    """The bundle for this Python, its wheels packed from this environment (no test reaches the
+    package index: scripts/gpu_bundle.sh --wheels_from)."""
     pytest.importorskip("jax")
+    from reproduce.gpu_bundle import WHEELS
     shared = shared_path("data").parent
     root = tmp_path_factory.mktemp("gpu")
     out = root / "bundle"
+    wheels = root / "installed_wheels"
+    wheels.mkdir()
+    for name in WHEELS:
+        installed_wheel(name, wheels)
     env = dict(os.environ)
     env["PYTHON"] = script_python(env)     # its Python and the builders it runs: zygote forks
     done = subprocess.run(["bash", "scripts/gpu_bundle.sh", f"--output_dir={out}",
-                           f"--build_dir={root / 'build'}", f"--shared_dir={shared}"],
+                           f"--build_dir={root / 'build'}", f"--shared_dir={shared}",
+                           f"--python_version={PYTHON}", f"--wheels_from={wheels}"],
                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=1200,
                           env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -46,8 +89,12 @@ def test_bundle_is_small_and_complete(bundle):
     assert info["corpus_dirs"][0].startswith("../") and info["special_ids"]["mask_id"] == 103
     wheels = sorted(p.name.split("-")[0] for p in (out / "wheels").glob("*.whl"))
     assert wheels == ["keras", "namex", "optree"]
-    assert all("cp312" in p.name or "py3-none" in p.name for p in (out / "wheels").glob("*.whl"))
-    assert info["python"] == "3.12"          # the GPU machine's Python the wheels are for
+    tag = "cp" + PYTHON.replace(".", "")
+    assert all(tag in p.name or "py3-none" in p.name for p in (out / "wheels").glob("*.whl"))
+    assert info["python"] == PYTHON          # the Python the wheels were asked for
+    assert f"for CPython {PYTHON} from " in stdout          # not from the package index
+    from reproduce.gpu_bundle import PYTHON_VERSION
+    assert PYTHON_VERSION == "3.12"          # the default: the GPU machines' Python so far
     manifest = json.loads((out / "features" / "manifest.json").read_text())
     assert {e["task"] for e in manifest["files"].values()} == {"cola", "sst", "mrpc", "sts", "rte"}
     sizes = {e["task"]: {} for e in manifest["files"].values()}
@@ -56,27 +103,10 @@ def test_bundle_is_small_and_complete(bundle):
     assert {t: (n["train"], n["dev"]) for t, n in sizes.items()} == GLUE_SIZES   # the plan test's
 
 
-def rehearsal_bundle(out, root):
-    """The bundle with wheels for this Python (the rehearsal installs them as a GPU machine
-    would): its data linked, not copied."""
-    from reproduce.gpu_bundle import download_wheels
-    here = root / "bundle_here"
-    if not (here / "bundle.json").exists():
-        here.mkdir(exist_ok=True)
-        for name in ("pretrain_train.npz", "pretrain_heldout.npz", "features"):
-            (here / name).symlink_to(out / name)
-        version = "%d.%d" % sys.version_info[:2]
-        download_wheels(str(here / "wheels"), print, version)
-        info = json.loads((out / "bundle.json").read_text())
-        (here / "bundle.json").write_text(json.dumps({**info, "python": version}))
-    return here
-
-
 def test_rehearsal_two_calls_compile_once_and_every_cell(bundle):
     from base.plots import png_labels
     from reproduce.gpu_recipe import REHEARSAL
-    root, out, _ = bundle
-    here = rehearsal_bundle(out, root)
+    root, here, _ = bundle           # its wheels are for this Python, as the rehearsal installs them
     work = root / "work"
     # The GPU call's environment: no JAX_PLATFORMS, and XLA's default optimisation (not the
     # suite's opt-level 0: the 25-step programs are the rehearsal's time, and run 1.7x faster
