@@ -8,7 +8,7 @@ import pytest
 
 from model import ConvBertConfig, ConvBertModel
 from model.config import CONFIGS_DIR, ConfigError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, shapes_only
 from tests.model.test_checkpoints import TINY, tiny_inputs
 
 
@@ -23,7 +23,8 @@ def test_every_shipped_config_loads():
     assert (electra.head_ratio, electra.conv_type) == (1, "none")
     larger = ConvBertConfig.from_name("ablation_small_bnk_gl_larger")
     assert (larger.hidden_size, larger.head_size, larger.num_groups) == (432, 54, 2)
-    assert ConvBertModel(ConvBertConfig.from_name("ablation_small_bnk")).count_params() == 11_905_536
+    assert shapes_only(lambda: ConvBertModel(ConvBertConfig.from_name("ablation_small_bnk"))
+                       ).count_params() == 11_905_536
     with pytest.raises(ConfigError, match="unknown model name"):
         ConvBertConfig.from_name("convbert_huge")
 
