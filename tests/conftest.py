@@ -202,17 +202,14 @@ def keras_backend() -> str:
 
 # scripts/test.sh runs the suite on TensorFlow, then tests/model again on JAX, and says so
 # (CONVBERT_TEST_TWO_PASSES=1). A test whose result cannot depend on the pytest process's backend
-# then runs in one of the two passes only: one that starts its backends in subprocesses of its
-# own in the TensorFlow pass; one that counts a model's parameters in the JAX pass. A plain
-# `pytest` (either backend) runs every test.
+# then runs in the TensorFlow pass only (one that starts its backends in subprocesses of its own,
+# counts a model's parameters or checks a file format). A plain `pytest` (either backend) runs
+# every test.
 TWO_PASSES = os.environ.get("CONVBERT_TEST_TWO_PASSES") == "1"
 THIS_PASS = os.environ.get("KERAS_BACKEND", "tensorflow")
 tensorflow_pass_only = pytest.mark.skipif(
     TWO_PASSES and THIS_PASS != "tensorflow",
-    reason="backend-independent (it runs its backends in subprocesses): the TensorFlow pass")
-jax_pass_only = pytest.mark.skipif(
-    TWO_PASSES and THIS_PASS == "tensorflow",
-    reason="backend-independent (it counts a model's parameters): the JAX pass")
+    reason="backend-independent: the TensorFlow pass")
 
 
 def run_jax_script(script, out_path, *args, env=None, timeout=600):

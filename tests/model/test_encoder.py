@@ -5,7 +5,7 @@ import pytest
 import keras
 from model import ConvBertConfig, ConvBertMaskedLM, ConvBertModel
 from model.config import ConfigError
-from tests.conftest import jax_pass_only, shapes_only
+from tests.conftest import shapes_only, tensorflow_pass_only
 from tests.model.test_checkpoints import TINY, tiny_inputs
 
 # Encoder parameters without heads (counted with Hugging Face, reference huggingface-convbert.md §5).
@@ -21,7 +21,7 @@ PARAMETER_COUNTS = [
 ]
 
 
-@jax_pass_only       # backend-independent; base-size builds are faster on JAX
+@tensorflow_pass_only     # backend-independent (the variables' shapes)
 @pytest.mark.parametrize("spec,expected", PARAMETER_COUNTS)
 def test_parameter_counts(spec, expected):
     spec = dict(spec)
