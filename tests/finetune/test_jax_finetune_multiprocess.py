@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import shared_path, tensorboard_series
 from tests.finetune.test_run_finetuning_features import TINY_MODEL, explain, start_driver
 from tests.finetune.test_squad_features import features_command
-from tests.pretrain.test_jax_multiprocess import finish, free_port, signal_after
+from tests.pretrain.test_jax_multiprocess import finish, free_port, signal_after, stderr_end
 
 pytest.importorskip("jax")
 
@@ -102,10 +102,10 @@ def test_two_processes_match_one(features, tmp_path):
     signalled, _ = signal_after(procs[1], "mrpc trial 2/2: training", signal.SIGKILL)
     (_, lost), _ = [proc.communicate(timeout=120) for proc in procs]
     waited = time.time() - signalled
-    assert [proc.returncode for proc in procs] == [1, -signal.SIGKILL], lost[-3000:]
+    assert [proc.returncode for proc in procs] == [1, -signal.SIGKILL], stderr_end(lost)
     line = lost.strip().splitlines()[-1]
     assert line.startswith("error: another process was lost (killed, or its host gone): a call "
-                           "with process 1 of 2 failed ("), lost[-3000:]
+                           "with process 1 of 2 failed ("), stderr_end(lost)
     assert line.endswith("this one stops too. Rerun every process: this run writes no "
                          "checkpoints, so it starts again"), line
     assert lost.count("error:") == 1 and "Traceback" not in lost and "terminate" not in lost
