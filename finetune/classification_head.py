@@ -12,6 +12,8 @@ Weights are named as the official checkpoint names them: `task_specific/<task>/d
 import keras
 from keras import ops
 
+from model.initializers import truncated_normal
+
 
 @keras.saving.register_keras_serializable(package="convbert")
 class ClassificationHead(keras.layers.Layer):
@@ -29,7 +31,7 @@ class ClassificationHead(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate)
         self.dense = keras.layers.Dense(
             self.num_labels, name="dense",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range))
+            kernel_initializer=truncated_normal(self.initializer_range))
 
     def build(self, input_shape):
         self.dense.build((None, input_shape[-1]))

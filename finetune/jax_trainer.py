@@ -57,9 +57,7 @@ def random_encoder_weights(config, seed):
     from training.seeds import set_random_seed
     set_random_seed(seed)
     with process_local_variables():   # several processes: no cross-process check per variable
-        model = ConvBertModel(config)
-        ones = np.ones((1, 8), np.int32)
-        model({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
+        model = ConvBertModel(config)      # built in __init__: no call needed
     return {name: keras.ops.convert_to_numpy(v) for name, v in model.weight_map().items()}
 
 
@@ -93,9 +91,9 @@ class JaxFinetuner:
         set_precision(hp.precision)   # (again: a caller may have changed it since)
         # Several processes: built process-local, made global by the core (`train_state`).
         with process_local_variables():
+            # Built with its variables in __init__: an eager call here would compile each of its
+            # ops for the device (on a GPU, seconds of the window) and change nothing.
             self.encoder = ConvBertModel(config)
-            ones = np.ones((1, 8), np.int32)
-            self.encoder({"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0})
             self.head = head
             if not head.built:
                 head.build((None, None, config.hidden_size))

@@ -27,6 +27,8 @@ one [2H, 512] kernel (identical maths, but the [B, K, L, 2H] concat is never bui
 import keras
 from keras import ops
 
+from model.initializers import truncated_normal
+
 MASK_PENALTY = 1000.0
 
 
@@ -70,7 +72,7 @@ class ElectraQAHead(keras.layers.Layer):
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
         self.act = _activation(hidden_act)
-        init = lambda: keras.initializers.TruncatedNormal(stddev=initializer_range)  # noqa: E731
+        init = lambda: truncated_normal(initializer_range)  # noqa: E731
         self.start_dense = keras.layers.Dense(1, kernel_initializer=init(), name="start_logits")
         if self.joint_prediction:
             self.qa_hidden = keras.layers.Dense(self.qa_hidden_size, kernel_initializer=init(),
