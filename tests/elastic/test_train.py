@@ -64,8 +64,12 @@ def finetune_teacher(root, glue_dir, vocab, steps=6):
     return root / "ft" / "finetuned" / "mrpc"
 
 
-# 8 steps: the depth phase's loss falls from the first to the last step for every seed of
-# elastic.run and of write_tiny_glue's data tried (3 x 3) with 2 layers; 4 steps were too few.
+# 8 steps: the depth phase's loss falls from its first half to its second (mean of steps 1-4 vs
+# 5-8) for every seed of elastic.run and of write_tiny_glue's data tried (3 x 3, 2 layers, two
+# widths; 2026-11-29, the weights each their own draw: by 0.05-0.08 on a loss of ~3.8). One
+# batch's loss is noisy and the first step at the peak lr overshoots: the last step's loss was
+# below the first step's in only 5 of those 9 runs (9 of 9 with the earlier init, whose query,
+# key and value started equal), so the check compares halves, not two single steps.
 ELASTIC_HPARAMS = {"train_batch_size": 16, "max_seq_length": SEQ, "max_train_steps": 8,
                    "learning_rate": 1e-3, "log_every_steps": 1, "model_size": "small"}
 
@@ -132,7 +136,8 @@ def test_width_then_depth_end_to_end(setup, capsys):
         assert abs(sum(history[0][k] for k in per_config) - history[0]["loss"]) < 1e-3 * \
             abs(history[0]["loss"])
         if phase == "depth":                       # hidden-state MSE dominates: it falls
-            assert losses[-1] < losses[0]
+            half = len(losses) // 2
+            assert np.mean(losses[half:]) < np.mean(losses[:half]), losses
         assert (out / "seed_0" / phase / "model" / "model.safetensors").exists()
     assert (out / "seed_0" / "rewired" / "convbert_config.json").exists()
     # the extracted model loads with the ordinary loader

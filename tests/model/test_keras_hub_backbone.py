@@ -161,10 +161,14 @@ def test_text_classifier_fits_raw_strings_and_round_trips(tmp_path):
     classifier.compile(optimizer=keras.optimizers.Adam(3e-3))
     # A random encoder's [CLS] vectors barely differ: the encoder itself has to learn. Two epochs
     # of 10 steps over the same 8 sentences: the mean loss of the second is well below the first.
+    # Measured on 2026-11-29, second / first: with the encoder trained 0.63-0.86 on TensorFlow
+    # (seeds 0-7, with this init and with the earlier one whose query, key and value started
+    # equal) and 0.67-0.88 on JAX (seeds 1-7, this init); with it frozen (the head alone)
+    # 0.99-1.00. The bound 0.8 failed 3 of 8 seeds under either init on TensorFlow.
     history = classifier.fit(np.tile(x, 10), np.tile(y, 10), batch_size=8, epochs=2,
                              shuffle=False, verbose=0)
     first, last = history.history["loss"]
-    assert last < first * 0.8, (first, last)
+    assert last < first * 0.9, (first, last)
     before = classifier.predict(x, batch_size=8, verbose=0)
     classifier.save_to_preset(str(tmp_path / "tuned"))
     again = keras_hub.models.TextClassifier.from_preset(str(tmp_path / "tuned"))
