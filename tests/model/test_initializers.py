@@ -3,7 +3,6 @@
 and value, started the three kernels equal), reproducible under a seed, the same numbers on
 TensorFlow and JAX (this file runs in both passes against one NumPy reference), and on JAX no
 program compiled per shape."""
-import logging
 import random
 
 import keras
@@ -81,21 +80,11 @@ def test_config_round_trips():
 def test_no_program_compiled_per_shape_on_jax():
     if keras.backend.backend() != "jax":
         pytest.skip("JAX compiles a program per shape; TensorFlow's eager ops do not")
-    import jax
-    compiled = []
-
-    class Record(logging.Handler):
-        def emit(self, record):
-            if "Finished XLA compilation" in record.getMessage():
-                compiled.append(record.getMessage())
-
-    handler, logger = Record(), logging.getLogger("jax")
-    logger.addHandler(handler)
-    jax.config.update("jax_log_compiles", True)
+    from training.compile_cache import CompileWatch
+    watch = CompileWatch().start()
     try:
         for shape in ((7, 13), (11, 5, 3), (17,)):      # shapes nothing else here uses
             keras.Variable(initializer=truncated_normal(0.02), shape=shape, dtype="float32")
     finally:
-        jax.config.update("jax_log_compiles", False)
-        logger.removeHandler(handler)
-    assert compiled == []
+        watch.stop()
+    assert watch.compiles == [], watch.summary()
