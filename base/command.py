@@ -100,8 +100,89 @@ START_UP_LINES = start_up_lines(_ABSENT)
 # connection lines (stdout) where every expected peer is connected.
 ONEDNN_NOTE = re.compile(r"^E0000 \S+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT64 only on "
                          r"platforms with AVX-512\.")
-GLOO_CONNECTED = re.compile(r"^\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. Expected "
-                            r"number of connected peer ranks is : \1\s*$")
+
+
+class GlooConnectedLines:
+    """gloo's `[Gloo] Rank r is connected to n peer ranks. Expected number of connected peer
+    ranks is : n` lines (every expected peer connected), for `kept_off_console`: `kept(text)` is
+    `text` without them. gloo prints one per device from that device's thread, a C++ `<<` (one
+    write) per piece, so two devices' lines can come interleaved piece by piece (`[Gloo] Rank
+    [Gloo] Rank 0 is connected to 1 peer ranks. 0Expected ...`): a run of lines made of nothing
+    but such pieces is dropped when it reads as whole lines of that kind interleaved, and kept
+    as written otherwise (a line where fewer peers are connected than expected shows)."""
+
+    _PIECES = ("[Gloo] Rank ", None, " is connected to ", None, " peer ranks. ",
+               "Expected number of connected peer ranks is : ", None, "\n")
+    _TOKEN = re.compile(r"\[Gloo\] Rank | is connected to | peer ranks\. |Expected number of "
+                        r"connected peer ranks is : |\d+|\n")
+    _LINE = re.compile(r"^\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. Expected "
+                       r"number of connected peer ranks is : \1\s*$")
+
+    def match(self, line):
+        """Whether `line` alone is one such line."""
+        return self._LINE.match(line)
+
+    def kept(self, text):
+        out, run = [], []
+        for line in text.splitlines(keepends=True) + [None]:
+            if line is not None and self._tokens(line):
+                run.append(line)          # gloo's pieces only: whole lines or interleaved ones
+                continue
+            if run and not self._all_connected(self._tokens("".join(run))):
+                out.extend(kept for kept in run if not self._LINE.match(kept))
+            run = []
+            if line is not None:
+                out.append(line)
+        return "".join(out)
+
+    def _tokens(self, text):
+        """`text` as gloo's pieces (digit runs whole), or None where anything else is in it."""
+        tokens = self._TOKEN.findall(text)
+        return tokens if tokens and "".join(tokens) == text else None
+
+    def _all_connected(self, tokens):
+        """Whether `tokens` are whole lines, interleaved, each with as many peers connected as
+        expected: a search over which line each piece belongs to (digits of two lines can run
+        together: a digit run may be split)."""
+        if not tokens:
+            return False
+        pieces, number_at = self._PIECES, (1, 3, 6)
+        seen = set()
+
+        def search(i, offset, open_lines):
+            # open_lines: sorted tuple of (next piece index, connected count or None)
+            key = (i, offset, open_lines)
+            if key in seen:
+                return False
+            seen.add(key)
+            if i == len(tokens):
+                return not open_lines
+            token = tokens[i]
+            if token == pieces[0]:
+                return search(i + 1, 0, tuple(sorted(open_lines + ((1, None),))))
+            for at, count in dict.fromkeys(open_lines):       # each distinct open line
+                rest = list(open_lines)
+                rest.remove((at, count))
+                rest = tuple(rest)
+                if at in number_at and token[0].isdigit():
+                    for end in range(offset + 1, len(token) + 1):
+                        value = token[offset:end]
+                        if at == 6 and value != count:
+                            continue
+                        line = (at + 1, value if at == 3 else count)
+                        more = (i + 1, 0) if end == len(token) else (i, end)
+                        if search(*more, tuple(sorted(rest + (line,)))):
+                            return True
+                elif offset == 0 and token == pieces[at]:
+                    line = () if at == len(pieces) - 1 else ((at + 1, count),)
+                    if search(i + 1, 0, tuple(sorted(rest + line))):
+                        return True
+            return False
+
+        return search(0, 0, ())
+
+
+GLOO_CONNECTED = GlooConnectedLines()
 # tensorflow::DataTypeUnsupportedWarning(const DataType&), which prints the note once a process
 # (tensorflow/core/util/util.cc).
 _ONEDNN_NOTE_FUNCTION = "_ZN10tensorflow26DataTypeUnsupportedWarningERKNS_8DataTypeE"
@@ -176,7 +257,8 @@ def kept_off_console(fd, lines):
     """Around a call: what the process writes on file descriptor `fd` (1: stdout, 2: stderr), a
     library's C++ included, is captured, then written back (to sys.stdout or sys.stderr) when the
     call ends, however it ends, except the lines that `lines` (a compiled pattern, or several)
-    match. A plain call with CONVBERT_TF_LOGS=1."""
+    match, and what a pattern with a `kept(text)` method leaves out (GlooConnectedLines). A
+    plain call with CONVBERT_TF_LOGS=1."""
     if os.environ.get("CONVBERT_TF_LOGS") == "1":
         yield
         return
@@ -196,6 +278,9 @@ def kept_off_console(fd, lines):
         captured.seek(0)
         text = captured.read().decode("utf-8", errors="replace")
         captured.close()
+        for pattern in patterns:           # those that read across lines (GlooConnectedLines)
+            if hasattr(pattern, "kept"):
+                text = pattern.kept(text)
         kept = [line for line in text.splitlines(keepends=True)
                 if not any(pattern.match(line) for pattern in patterns)]
         if kept:
