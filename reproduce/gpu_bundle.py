@@ -2,7 +2,7 @@
 no TensorFlow (a rented GPU box, a cluster node), in one git-ignored folder of at most 60 MiB.
 
     python -m reproduce.gpu_bundle --shared_dir=../shared --output_dir=gpu_bundle \
-        [--python_version=3.12] [--wheels_from=DIR]
+        [--python_version=3.12] [--wheels_from=DIR] [--build_processes=2]
     (bash scripts/gpu_bundle.sh: the same after setting up .venv)
 
     gpu_bundle/
@@ -49,12 +49,13 @@ def relative(path):
     return os.path.relpath(os.path.abspath(path), REPO_ROOT)
 
 
-def build_shards(corpus_dirs, vocab_file, build_dir, log):
-    """(training shards, held-out shards) built as reproduce/pipeline.py builds them."""
+def build_shards(corpus_dirs, vocab_file, build_dir, log, processes=2):
+    """(training shards, held-out shards) built as reproduce/pipeline.py builds them, by
+    `processes` builder processes per corpus."""
     from reproduce.pipeline import Reproduction
     from reproduce.recipes import get_recipe
     repro = Reproduction(get_recipe("small"), build_dir, corpus_dirs, glue_dir=None,
-                         vocab_file=vocab_file, log=log)
+                         vocab_file=vocab_file, log=log, build_processes=processes)
     repro.build_shards()
     return repro.shard_files()
 
@@ -101,7 +102,7 @@ def directory_size(path):
 
 
 def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None,
-                 python_version=PYTHON_VERSION, wheels_from=None):
+                 python_version=PYTHON_VERSION, wheels_from=None, build_processes=2):
     from data.pretraining_arrays import write_arrays
     from reproduce.recipes import GLUE_TASKS
     data = os.path.join(shared_dir, "data")
@@ -114,7 +115,7 @@ def build_bundle(shared_dir, output_dir, build_dir, log=print, tasks=None,
     tasks = list(tasks or GLUE_TASKS)
     started = time.time()
     os.makedirs(output_dir, exist_ok=True)
-    train, heldout = build_shards(corpus_dirs, vocab_file, build_dir, log)
+    train, heldout = build_shards(corpus_dirs, vocab_file, build_dir, log, build_processes)
     max_seq_length = 128
     counts = {}
     for name, shards in (("pretrain_train.npz", train), ("pretrain_heldout.npz", heldout)):
@@ -172,12 +173,16 @@ def main(argv=None):
     ap.add_argument("--wheels_from", default=None,
                     help="a folder of wheels to take keras / optree / namex from instead of the "
                          "package index (pip --no-index --find-links: an offline build)")
+    ap.add_argument("--build_processes", type=int, default=2,
+                    help="builder processes per corpus for the pre-training shards (default 2; "
+                         "1: in the builder's own process, without a TensorFlow import per "
+                         "worker)")
     args = ap.parse_args(argv)
     from data.errors import DataError
     try:
         build_bundle(args.shared_dir, args.output_dir, args.build_dir,
                      log=lambda m: print(m, flush=True), python_version=args.python_version,
-                     wheels_from=args.wheels_from)
+                     wheels_from=args.wheels_from, build_processes=args.build_processes)
     except (BundleError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -23,6 +23,12 @@ xla_flags_jax="${XLA_FLAGS:-}"
 # demo's test runs with it, as users do.
 export CONVBERT_TEST_GRAPPLER=0
 xla_flags_tensorflow="--xla_backend_optimization_level=0${XLA_FLAGS:+ $XLA_FLAGS}"
+# One thread per TensorFlow operation (its intra-op pool; the inter-op pool stays, which
+# MirroredStrategy's replicas need): two workers on two cores, each op on the suite's tiny tensors
+# too small to share out (measured: tests/pretrain/test_run_pretraining.py +
+# tests/training/test_nonfinite.py 88 / 96 s -> 83 / 91 s, A B A B, 2026-11-29). Not
+# OMP_NUM_THREADS: GNU nproc reports it, and the worker count below reads nproc.
+export TF_NUM_INTRAOP_THREADS=1
 cores=$(nproc)
 # One pytest-xdist worker per core, at most 4 (each holds TF, torch and JAX); whole files per
 # worker, so a module's fixtures are built once. CONVBERT_TEST_WORKERS overrides; 0: one process.

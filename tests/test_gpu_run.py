@@ -72,7 +72,10 @@ def bundle(tmp_path_factory):
     env["PYTHON"] = script_python(env)     # its Python and the builders it runs: zygote forks
     done = subprocess.run(["bash", "scripts/gpu_bundle.sh", f"--output_dir={out}",
                            f"--build_dir={root / 'build'}", f"--shared_dir={shared}",
-                           f"--python_version={PYTHON}", f"--wheels_from={wheels}"],
+                           f"--python_version={PYTHON}", f"--wheels_from={wheels}",
+                           # in the builder's process: no TensorFlow import per worker (the
+                           # two-process build: tests/data/test_pretraining_builder.py)
+                           "--build_processes=1"],
                           cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=1200,
                           env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
