@@ -10,9 +10,9 @@ bash scripts/setup.sh test
 rm -rf .coverage_data && mkdir -p .coverage_data
 source scripts/test_env.sh
 export COVERAGE_RCFILE="$PWD/.coveragerc" CONVBERT_ROOT="$PWD"
-XLA_FLAGS="$xla_flags_tensorflow" .venv/bin/python -m coverage run -m pytest -q "${parallel[@]}" \
+XLA_FLAGS="$xla_flags" .venv/bin/python -m coverage run -m pytest -q "${parallel[@]}" \
   "$@" || true
-XLA_FLAGS="$xla_flags_jax" KERAS_BACKEND=jax .venv/bin/python -m coverage run -m pytest -q \
+XLA_FLAGS="$xla_flags" KERAS_BACKEND=jax .venv/bin/python -m coverage run -m pytest -q \
   "${parallel[@]}" tests/model "$@" || true
 .venv/bin/python -m coverage combine -q
 .venv/bin/python -m coverage report > .coverage_data/report.txt

@@ -12,7 +12,7 @@ bash scripts/setup.sh test
 source scripts/test_env.sh
 # Both passes below: a backend-independent test runs in one of them (tests/conftest.py).
 export CONVBERT_TEST_TWO_PASSES=1
-XLA_FLAGS="$xla_flags_tensorflow" .venv/bin/python -m pytest -q "${parallel[@]}" --durations=25 "$@"
-XLA_FLAGS="$xla_flags_jax" KERAS_BACKEND=jax .venv/bin/python -m pytest -q "${parallel[@]}" \
+XLA_FLAGS="$xla_flags" .venv/bin/python -m pytest -q "${parallel[@]}" --durations=25 "$@"
+XLA_FLAGS="$xla_flags" KERAS_BACKEND=jax .venv/bin/python -m pytest -q "${parallel[@]}" \
   tests/model "$@"
 echo "test.sh: wall time $(( $(date +%s) - started ))s (setup included)"
