@@ -355,6 +355,10 @@ def main(argv=None):
     if keras.backend.backend() != "jax":
         print("error: run with KERAS_BACKEND=jax", file=sys.stderr)
         return 2
+    # Which Keras the call runs (the bundle's wheels, installed by gpu_run.sh where the Python
+    # lacks them; the rehearsal always installs them), said by the run itself: a separate
+    # interpreter importing it cost each call ~3 s.
+    print(f"keras {keras.__version__} from {keras.__file__}", flush=True)
     log = Log()
     enable_compile_cache(args.jax_cache_dir, log=log)      # before the first compile
     from data.errors import DataError

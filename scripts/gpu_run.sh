@@ -87,9 +87,6 @@ log="$work/gpu_run.log"
 echo "=== call $call, $(date -u '+%Y-%m-%d %H:%M:%S UTC')" >> "$log"
 cp "$log" "$out/gpu_run.log"
 say() { echo "$1" | tee -a "$log" "$out/gpu_run.log"; }
-if [ -n "$rehearse" ]; then
-  say "$("$python" -c 'import keras, sys; print(f"keras {keras.__version__} from {keras.__file__}")')"
-fi
 if [ -n "$archive" ]; then
   if [ -z "$cache" ]; then
     say "compile cache: off, $archive not unpacked"
