@@ -129,8 +129,6 @@ def test_non_causal_encoder_sees_the_future():
 def test_kernel_one_causal_equals_non_causal(conv_type, impl):
     """K=1 has no neighbours: the causal and the 'same' convolution are the same function, for
     the conv layer and for a convolution-only encoder (no self-attention mask in the way)."""
-    import keras
-
     from model.span_dynamic_conv import SpanDynamicConv
     rng = np.random.default_rng(5)
     hidden = rng.standard_normal((2, 11, 32)).astype("float32")
@@ -149,5 +147,4 @@ def test_kernel_one_causal_equals_non_causal(conv_type, impl):
     outs = [_encode(_tiny_config(conv_type, kernel_size=1, causal=causal,
                                  use_self_attention=False), impl, ids, mask)(ids)
             for causal in (False, True)]
-    keras.backend.clear_session()
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-6)
