@@ -49,7 +49,7 @@ def relative(path):
     return os.path.relpath(os.path.abspath(path), REPO_ROOT)
 
 
-def build_shards(corpus_dirs, vocab_file, build_dir, log, processes=2):
+def build_shards(corpus_dirs, vocab_file, build_dir, log, processes):
     """(training shards, held-out shards) built as reproduce/pipeline.py builds them, by
     `processes` builder processes per corpus."""
     from reproduce.pipeline import Reproduction
