@@ -110,6 +110,23 @@ def pytest_unconfigure(config):
         shutil.rmtree(config.stash[_OWN_JAX_CACHE], ignore_errors=True)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A test's body leaves os.environ as it found it (fixtures set and restore theirs). Code a
+    test runs in-process may set variables for its own process (benchmarks/common.py
+    `set_threads`: OMP_NUM_THREADS; reproduce/rtd_reference.py at import: OMP_WAIT_POLICY); left
+    in the worker, they reach every later test's subprocesses, and, being import-time settings,
+    give those a zygote of their own (tests/zygote.py: a TensorFlow import each) or, past its
+    cap, fresh interpreters (measured: 3 more zygotes and 10 fresh interpreters in one worker)."""
+    before = dict(os.environ)
+    yield
+    for key in [k for k in os.environ if k not in before]:
+        del os.environ[key]
+    for key, value in before.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
