@@ -160,14 +160,17 @@ SMOKE = dataclasses.replace(
     collapse_margin=None)     # 4 steps on 16 held-out sequences: an AUC near 0.5 says nothing
 # The GPU call's structure at a size the CPU affords: the plan from timed steps, 25-step blocks,
 # 8 held-out points, 3 seeds over two calls, task-major fine-tuning, the collapse stop, the
-# official schedule's form. Smaller: the model, the batch, fine-tuning (30 steps a trial, 32 dev
+# official schedule's form. Smaller: the model, the batch (pre-training 4: on the CPU its step is
+# mostly the Gumbel noise over the 30,522-word vocabulary at every masked position, ~60 ms of
+# the 82-ms step at batch 8, so the batch sets its time; the rehearsal's test 168.6 / 159.1 s at
+# 8 -> 155.0 / 140.1 s at 4, interleaved, 2026-11-29), fine-tuning (30 steps a trial, 32 dev
 # examples), 50 pre-training steps (two blocks, two held-out points), one throughput round, fp32 (XLA's CPU bf16 code compiles and runs ~2x slower: the
 # precision changes the programs' numbers, not their structure) and a 10-step warm-up, so that
 # the tiny model learns something in its 50 steps and the collapse stop has a real curve to
 # judge, not the prior.
 REHEARSAL = dataclasses.replace(
     GPU_BUDGET, scale="rehearsal", model_overrides=_SMOKE_MODEL,
-    pretrain=dict(GPU_BUDGET.pretrain, train_batch_size=8, precision="fp32"),
+    pretrain=dict(GPU_BUDGET.pretrain, train_batch_size=4, precision="fp32"),
     finetune=dict(GPU_BUDGET.finetune, train_batch_size=8, eval_batch_size=16, max_train_steps=30,
                   precision="fp32"),
     warmup_steps=10, heldout_examples=32, throughput_rounds=1, max_eval_examples=32,
