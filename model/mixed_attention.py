@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from model.initializers import truncated_normal
-from model.span_dynamic_conv import SpanDynamicConv
+from model.span_dynamic_conv import SpanDynamicConv, split_at
 
 # Additive bias on masked keys, as the official code (finite, so fp16 / bf16 stay finite).
 MASKED_KEY_BIAS = -10000.0
@@ -114,7 +114,7 @@ class MixedAttention(keras.layers.Layer):
                               (0, 2, 3, 1, 4))                                  # [B, P, N, T, d]
         # Split, not slices: a slice's gradient is a zero-filled full-size tensor per slice
         # (TF's StridedSliceGrad, ~10% of a small model's training step), split's is one concat.
-        q, k, values = ops.split(heads, [1, 2], axis=1)     # values: V (and V_conv) [B, P-2, N, T, d]
+        q, k, values = split_at(heads, [1, 2], axis=1)     # values: V (and V_conv) [B, P-2, N, T, d]
         q = ops.squeeze(q, 1) * ops.cast(1.0 / math.sqrt(d), dtype)
         scores = ops.einsum("bnqd,bnkd->bnqk", q, ops.squeeze(k, 1))
         scores = self._add_biases(scores, attention_bias)
@@ -125,7 +125,7 @@ class MixedAttention(keras.layers.Layer):
         if sdc is not None:
             implementation = resolve_implementation(sdc.implementation, hidden.shape[1])
             # The official code feeds the unscaled query (not q / sqrt(d)) to the kernel generator.
-            query = ops.split(proj, [width], axis=-1)[0]
+            query = split_at(proj, [width], axis=-1)[0]
             conv_kernel = sdc.generate_kernel(hidden, query)                    # [B, T, N, K]
         if sdc is None:
             context = ops.matmul(dropped, ops.squeeze(values, 1))               # [B, N, T, d]
@@ -154,7 +154,7 @@ class MixedAttention(keras.layers.Layer):
             context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (batch, seq_len, 2 * width))
         else:
             context = ops.matmul(dropped, ops.squeeze(ops.split(values, 2, axis=1)[0], 1))
-            conv_values = ops.reshape(ops.split(proj, [3 * width], axis=-1)[1],
+            conv_values = ops.reshape(split_at(proj, [3 * width], axis=-1)[1],
                                       (batch, seq_len, n, d))
             conv = ops.reshape(_DYNAMIC_CONV[implementation](conv_values, conv_kernel,
                                                              causal=self.causal),

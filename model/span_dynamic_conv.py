@@ -66,6 +66,19 @@ def dynamic_conv_shifted_sum(values, kernel, causal=False):
     return out
 
 
+def split_at(x, cuts, axis):
+    """`keras.ops.split(x, cuts, axis)` for static cut indices. Keras' TensorFlow split turns the
+    indices into piece sizes with graph ops at every trace (a constant, slices, a difference, a
+    concat: a quarter of a small model's forward trace); TensorFlow's own split takes the sizes,
+    computed here. The same SplitV op, the same values."""
+    size = x.shape[axis]
+    if keras.backend.backend() == "tensorflow" and isinstance(size, int):
+        import tensorflow as tf
+        bounds = [0, *cuts, size]
+        return tf.split(x, [stop - start for start, stop in zip(bounds, bounds[1:])], axis=axis)
+    return ops.split(x, cuts, axis=axis)
+
+
 def _cut(x, start, stop, axis):
     """x[start:stop] along `axis`: a split when the bounds are static (its gradient is a concat;
     a slice's, TF's StridedSliceGrad, is several times slower), else a slice."""
@@ -74,7 +87,7 @@ def _cut(x, start, stop, axis):
         if start == 0 and stop == size:
             return x
         cuts = [c for c in (start, stop) if 0 < c < size]
-        return ops.split(x, cuts, axis=axis)[1 if start > 0 else 0]
+        return split_at(x, cuts, axis)[1 if start > 0 else 0]
     index = [slice(None)] * len(x.shape)
     index[axis] = slice(start, stop)
     return x[tuple(index)]
