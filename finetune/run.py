@@ -236,8 +236,9 @@ def run_tasks(tasks, base_hp, model_dir, data_dir=None, init_checkpoint=None, vo
         warn("no --init_checkpoint: fine-tuning from RANDOM weights (model_size "
              f"{base_hp.model_size}); results only check that the pipeline runs")
     else:
+        layers = source.config.num_hidden_layers
         say(f"encoder: {source.format} checkpoint {init_checkpoint} "
-            f"({source.config.num_hidden_layers} layers, hidden {source.config.hidden_size})")
+            f"({layers} layer{'s' * (layers != 1)}, hidden {source.config.hidden_size})")
     if vocab_size > source.config.vocab_size:
         raise UsageError(f"{vocab_name}: {vocab_size} tokens but the model "
                          f"has only {source.config.vocab_size} word embeddings")

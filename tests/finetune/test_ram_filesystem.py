@@ -142,6 +142,6 @@ def test_init_checkpoint_in_a_bucket(ram_data, capsys):
                         "--hparams", json.dumps(hparams), "--max_seq_length", "32",
                         "--max_train_steps", "1"]) == 0
     out = capsys.readouterr().out
-    assert "encoder: keras checkpoint ram://ckpt (2 layers, hidden 32)" in out
+    assert "encoder: keras checkpoint ram://ckpt (1 layer, hidden 32)" in out
     assert tf.io.gfile.exists("ram://ft_init/results/rte_dev_metrics.json")
     assert not _local_leftovers()

@@ -53,7 +53,7 @@ def pretrain_dir(tmp_path_factory):
 # SQuAD's first loss (same weights, same batch, a head without dropout) differs from fp32 only by
 # the precision. The bound is a rounding budget, not a fitted value: bf16 keeps 8 significant
 # bits (2^-8 = 0.4% relative per rounding), float16 11 bits; a few roundings in series through
-# the 2-layer encoder, the head and the softmax give 2% for bf16 and 0.5% for float16. SST-2's
+# the 1-layer encoder, the head and the softmax give 2% for bf16 and 0.5% for float16. SST-2's
 # head keeps ELECTRA's dropout of 0.1, whose random mask is drawn in the compute dtype, so SST-2
 # is checked for running and writing its outputs, not for equal losses.
 TOLERANCE = {"bf16": 0.02, "mixed_float16": 0.005}
