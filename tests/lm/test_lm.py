@@ -15,7 +15,9 @@ from tests.conftest import REPO_ROOT
 
 WORDS = ("the cat dog sat ran on under a mat rug big small red blue and then it was "
          "home park").split()
-TINY = {"vocab_size": 64, "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 2,
+# One layer: training, resume, perplexity and generation do not depend on the count, and
+# tracing the steps grows with it (causality over several layers: tests/model/test_causal.py).
+TINY = {"vocab_size": 64, "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 1,
         "num_attention_heads": 4, "head_ratio": 2, "intermediate_size": 64,
         "conv_kernel_size": 3, "max_position_embeddings": 64, "type_vocab_size": 1,
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "causal": True}
