@@ -127,6 +127,31 @@ def pytest_runtest_call(item):
             os.environ[key] = value
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With $CONVBERT_TEST_CPU_LOG set: one JSON line there per test, the CPU seconds of the
+    worker's own process and of the subprocesses it waited for (bash scripts, fresh
+    interpreters) during the test, and its wall time; tests/zygote.py adds one per zygote fork.
+    `python -m tests.cpu_map LOG` sums them by file and by tool."""
+    path = os.environ.get("CONVBERT_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu(who):
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+    before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.time()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"kind": "test", "test": item.nodeid,
+                            "self": cpu(resource.RUSAGE_SELF) - before[0],
+                            "children": cpu(resource.RUSAGE_CHILDREN) - before[1],
+                            "wall": time.time() - before[2]}) + "\n")
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {module: i for i, module in enumerate(SLOW_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable

@@ -170,3 +170,32 @@ def test_graph_optimizer_setting_reaches_forks_only():
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=300, env=dict(env, CONVBERT_TEST_ZYGOTE=switch))
         assert done.stdout.split() == [str(shown)], (switch, done.stderr[-2000:])
+
+
+@pytest.mark.skipif(not isinstance(subprocess.Popen, type) or
+                    not issubclass(subprocess.Popen, zygote.ZygotePopen),
+                    reason="the zygote is off (CONVBERT_TEST_ZYGOTE=0)")
+def test_cpu_log_records_each_fork_and_the_map_sums_them(program, tmp_path, capsys):
+    """$CONVBERT_TEST_CPU_LOG: a fork's CPU line, written by its monitor, names the test that
+    started it and the program; tests/cpu_map.py sums such lines per file and per tool."""
+    import json
+    from tests import cpu_map
+    log = tmp_path / "cpu.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CONVBERT_TEST_CPU_LOG=str(log))
+    done = subprocess.run([sys.executable, str(program), "3"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 3
+    (fork,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert fork["kind"] == "fork" and fork["argv"][:2] == [str(program), "3"]
+    assert fork["program"] == str(program)
+    assert fork["test"] == os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+    assert fork["cpu"] >= 0 and fork["wall"] > 0
+    with log.open("a") as f:
+        f.write(json.dumps({"kind": "test", "test": fork["test"], "self": 1.5, "children": 0.5,
+                            "wall": 4.0}) + "\n")
+    assert cpu_map.main([str(log)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.endswith("  tests/test_zygote.py"))
+    assert [float(x) for x in row.split()[1:3]] == [1.5, 0.5]
+    assert float(row.split()[4]) == 4.0
+    assert any(line.split()[1:] == ["1", "program.py"] for line in out.splitlines())

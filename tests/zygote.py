@@ -464,12 +464,29 @@ def _monitor(conn, base_path):
         for fd in fds:
             os.close(fd)
         conn.sendall(f"P{pid}\n".encode())
-        _, status = os.waitpid(pid, 0)
+        started = time.time()
+        _, status, usage = os.wait4(pid, 0)
+        _log_cpu(request, usage, time.time() - started)
         conn.sendall(f"S{status}\n".encode())
     except BaseException:
         traceback.print_exc()
     finally:
         posix._exit(0)      # not os._exit (patched under coverage): nothing here is to be saved
+
+
+def _log_cpu(request, usage, wall):
+    """With $CONVBERT_TEST_CPU_LOG set in the child's environment: one JSON line there per fork,
+    its CPU seconds (its own and its waited-for children's), its wall time, the test that
+    started it, its program (script, module or -c) and first arguments (tests/cpu_map.py reads
+    them)."""
+    path = request["env"].get("CONVBERT_TEST_CPU_LOG")
+    if path:
+        with open(path, "a") as f:   # one short O_APPEND write per line: whole lines
+            f.write(json.dumps({"kind": "fork", "test": request["env"].get(
+                "PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+                "program": "-c" if request["mode"] == "-c" else request["target"],
+                "argv": request["argv"][:3],
+                "cpu": usage.ru_utime + usage.ru_stime, "wall": wall}) + "\n")
 
 
 def _child(request, fds, base_path):
