@@ -132,7 +132,7 @@ def pytest_runtest_protocol(item, nextitem):
     """With $CONVBERT_TEST_CPU_LOG set: one JSON line there per test, the CPU seconds of the
     worker's own process and of the subprocesses it waited for (bash scripts, fresh
     interpreters) during the test, and its wall time; tests/zygote.py adds one per zygote fork.
-    `python -m tests.cpu_map LOG` sums them by file and by tool."""
+    `python -m tests.cpu_map LOG` sums them by file and by program."""
     path = os.environ.get("CONVBERT_TEST_CPU_LOG")
     if not path:
         yield

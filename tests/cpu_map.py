@@ -2,7 +2,7 @@
 `python -m tests.cpu_map /tmp/cpu.jsonl`. Per test file: the CPU seconds of the pytest worker
 itself, of the subprocesses it waited for (bash scripts, fresh interpreters) and of the zygote
 forks its tests started (tests/zygote.py), and the summed wall time; then per program the
-forks ran (a script, a module or -c). The machine has 2 cores: a pass cannot take less wall time than its CPU / 2."""
+forks ran (a script, a module or -c). On 2 cores a pass takes at least its CPU seconds / 2."""
 import collections
 import json
 import sys
@@ -28,8 +28,10 @@ def main(argv):
                 program[0] += 1
                 program[1] += row["cpu"]
     print(f"{'CPU s':>7} {'self':>6} {'waited':>6} {'forks':>6} {'wall s':>7}  test file")
-    for name, (own, waited, forks, wall) in sorted(files.items(), key=lambda kv: -sum(kv[1][:3])):
-        print(f"{own + waited + forks:7.1f} {own:6.1f} {waited:6.1f} {forks:6.1f} {wall:7.1f}  {name}")
+    for name, (own, waited, forks, wall) in sorted(files.items(),
+                                                   key=lambda kv: -sum(kv[1][:3])):
+        print(f"{own + waited + forks:7.1f} {own:6.1f} {waited:6.1f} {forks:6.1f} {wall:7.1f}  "
+              f"{name}")
     total = [sum(v[i] for v in files.values()) for i in range(4)]
     print(f"{sum(total[:3]):7.1f} {total[0]:6.1f} {total[1]:6.1f} {total[2]:6.1f} {total[3]:7.1f}  "
           "all (zygote start-ups and collection not included)")
